@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+#include "commands.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <unistd.h>
+
+#include "kmseg/error.h"
+#include "kmseg/report.h"
+
+#if defined(KMSEG_HAVE_CUDA)
+#include "kmseg/cuda_engine.h"
+#endif
+
+namespace kmseg::cli {
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string formatRow(const char* mode, const KMeansResult& r, const Comparison* c) {
+  char buf[256];
+  const std::string stop(stopReasonName(r.stop));
+  if (c) {
+    std::snprintf(buf, sizeof buf, "%-10s %5d  %-18s %9.3f  %14.6f  %8.4f  %8.6f  %8.6f  %8.3f",
+                  mode, r.iterations, stop.c_str(), r.seconds, r.sse, c->diffPercent, c->ari,
+                  c->ami, 100.0 * r.fallbackRatio());
+  } else {
+    std::snprintf(buf, sizeof buf, "%-10s %5d  %-18s %9.3f  %14.6f  %8s  %8s  %8s  %8.3f", mode,
+                  r.iterations, stop.c_str(), r.seconds, r.sse, "ref", "ref", "ref",
+                  100.0 * r.fallbackRatio());
+  }
+  return buf;
+}
+
+void printTable(const WorkflowResult& w, const std::vector<Mode>& modes) {
+  std::printf("%-10s %5s  %-18s %9s  %14s  %8s  %8s  %8s  %8s\n", "mode", "iter", "stop",
+              "time [s]", "SSE", "Diff %", "ARI", "AMI", "fallback%");
+  std::printf("%s\n", formatRow("reference", w.reference, nullptr).c_str());
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    const std::string name(modeName(modes[i]));
+    std::printf("%s\n", formatRow(name.c_str(), w.modes[i].result, &w.modes[i].comparison).c_str());
+  }
+  bool capped = w.reference.stop == StopReason::MaxIterations;
+  for (const auto& m : w.modes) capped = capped || m.result.stop == StopReason::MaxIterations;
+  if (capped)
+    std::printf("note: a run marked 'iteration cap' stopped at --max-iter without converging\n");
+}
+
+}  // namespace
+
+std::string fileTag(Mode mode) {
+  std::string s(modeName(mode));
+  for (char& c : s)
+    if (c == '>') c = '-';
+  return s;
+}
+
+void runCommand(const std::string& command, const Options& o) {
+  // Fail on an unusable output directory before spending time on the image.
+  prepareOutputDirectory(o.outputDir);
+
+  auto t0 = std::chrono::steady_clock::now();
+  const Image image = loadImage(o.image, o.load);
+  const double decodeSeconds = secondsSince(t0);
+  t0 = std::chrono::steady_clock::now();
+  const Matrix features = makeFeatures(image, o.features);
+  const double featureSeconds = secondsSince(t0);
+
+#if defined(KMSEG_HAVE_CUDA)
+  registerCudaEngine();
+#endif
+  EngineChoice choice = makeEngine(o.backend, o.workflow.kmeans.threads);
+  if (!choice.note.empty() && !o.quiet) std::fprintf(stderr, "kmseg: %s\n", choice.note.c_str());
+
+  // A live progress line on a terminal, at most ten updates a second; nothing when redirected.
+  WorkflowProgress progress;
+  const bool live = !o.quiet && ::isatty(STDERR_FILENO);
+  auto lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  if (live) {
+    progress = [&](int run, int runCount, Mode mode, const IterationStats& s) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - lastDraw < std::chrono::milliseconds(100)) return;
+      lastDraw = now;
+      const std::string name = run == 0 ? "reference" : std::string(modeName(mode));
+      std::fprintf(stderr, "\r[%d/%d] %-10s iteration %4d  changed %10lld  fallback %6.2f%%   ",
+                   run + 1, runCount, name.c_str(), s.iteration, (long long)s.changed,
+                   s.evaluations ? 100.0 * double(s.fallbacks) / double(s.evaluations) : 0.0);
+      std::fflush(stderr);
+    };
+  }
+  const WorkflowResult w =
+      runWorkflow(*choice.engine, features, o.modes, o.workflow, progress, nullptr);
+  if (live) std::fprintf(stderr, "\r%100s\r", "");
+
+  std::printf("%s: %d x %d pixels, K = %d, backend %s\n", o.image.filename().string().c_str(),
+              image.width, image.height, o.workflow.kmeans.k, w.engine.c_str());
+  printTable(w, o.modes);
+
+  // Outputs: label map (exact ids), colour map and disagreement mask per mode, then reports.
+  const std::string stem = o.image.stem().string();
+  const int k = o.workflow.kmeans.k;
+  const auto palette = makePalette(std::min(k, 65536), o.palette);
+  std::vector<std::filesystem::path> written;
+  auto saveMaps = [&](const std::string& tag, const KMeansResult& r, const Comparison* c) {
+    const auto base = o.outputDir / (stem + "." + tag);
+    writeLabelPng(base.string() + ".labels.png", r.labels, image.width, image.height, k, palette);
+    writeColorPng(base.string() + ".color.png", r.labels, image.width, image.height, palette);
+    written.push_back(base.string() + ".labels.png");
+    written.push_back(base.string() + ".color.png");
+    if (c) {
+      writeMaskPng(base.string() + ".mask.png", c->mask, image.width, image.height);
+      written.push_back(base.string() + ".mask.png");
+    }
+  };
+  if (o.saveMaps) {
+    saveMaps("reference", w.reference, nullptr);
+    for (std::size_t i = 0; i < o.modes.size(); ++i)
+      saveMaps(fileTag(o.modes[i]), w.modes[i].result, &w.modes[i].comparison);
+  }
+
+  Report report;
+  report.command = command;
+  report.image = o.image.string();
+  report.width = image.width;
+  report.height = image.height;
+  report.params = o.workflow.kmeans;
+  if (!o.modes.empty()) report.params.mode = o.modes.front();
+  report.features = o.features;
+  report.init = o.workflow.init;
+  report.seed = o.workflow.seed;
+  report.backend = w.engine;
+  report.backendNote = choice.note;
+  report.decodeSeconds = decodeSeconds;
+  report.featureSeconds = featureSeconds;
+  report.runs.push_back({&w.reference, nullptr, true});
+  for (const auto& m : w.modes) report.runs.push_back({&m.result, &m.comparison, false});
+  const auto json = o.outputDir / (stem + "." + command + ".json");
+  const auto csv = o.outputDir / (stem + "." + command + ".csv");
+  writeFileAtomic(json, reportJson(report));
+  writeFileAtomic(csv, reportCsv(report));
+  written.push_back(json);
+  written.push_back(csv);
+  std::printf("wrote %zu files to %s (report: %s)\n", written.size(), o.outputDir.string().c_str(),
+              json.filename().string().c_str());
+}
+
+}  // namespace kmseg::cli

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kmseg/engine.h"
+#include "kmseg/export.h"
+#include "kmseg/features.h"
+#include "kmseg/image_io.h"
+#include "kmseg/workflow.h"
+
+namespace kmseg::cli {
+
+/// Everything `kmseg segment` and `kmseg compare` take from the command line.
+struct Options {
+  std::filesystem::path image;
+  std::filesystem::path outputDir = "kmseg-out";
+  std::vector<Mode> modes;
+  WorkflowParams workflow;
+  FeatureOptions features;
+  LoadOptions load;
+  Backend backend = Backend::Auto;
+  PaletteKind palette = PaletteKind::Distinct;
+  bool saveMaps = true;  ///< write label, colour and mask PNGs per mode
+  bool quiet = false;    ///< no progress line on stderr
+};
+
+/// Runs the workflow for `command` ("segment" or "compare"), prints the table on stdout and
+/// writes the outputs. Throws kmseg::Error on failure.
+void runCommand(const std::string& command, const Options& options);
+
+/// A mode name made safe for file names: "fp16>fp32" -> "fp16-fp32".
+std::string fileTag(Mode mode);
+
+}  // namespace kmseg::cli

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: MIT
+// kmseg: k-means image segmentation at a chosen floating-point precision, from the command line.
+// Exit codes: 0 success, 1 runtime error, 2 usage error; one line on stderr for either error.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "commands.h"
+#include "kmseg/config.h"
+#include "kmseg/error.h"
+
+namespace {
+
+using kmseg::cli::Options;
+
+// Option values as typed; converted and checked after parsing so that every bad value gets the
+// library's message (which names the value and the valid range).
+struct RawOptions {
+  std::string mode = "fp16>fp32";
+  std::vector<std::string> modes;
+  std::string working = "auto";
+  std::string init = "random";
+  std::string colorSpace = "rgb";
+  std::string normalization = "minmax";
+  std::string backend = "auto";
+  std::string palette = "distinct";
+  bool noCycleStop = false;
+  bool noMaps = false;
+  bool quiet = false;
+};
+
+void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
+  cmd.add_option("IMAGE", o.image,
+                 "Photo to segment (JPEG, PNG, BMP, TGA, PSD, GIF, HDR, PIC, PNM)")
+      ->required();
+  auto& p = o.workflow.kmeans;
+  cmd.add_option("-k,--clusters", p.k, "Number of clusters K (>= 1)")->capture_default_str();
+  cmd.add_option("--rho", p.rho, "Safety factor of the reliability test of mixed modes (> 2)")
+      ->capture_default_str();
+  cmd.add_option("--working", raw.working,
+                 "Working precision of data and centroid update: auto (fp64 for mode fp64, "
+                 "fp32 otherwise), fp32, fp64")
+      ->capture_default_str();
+  cmd.add_option("--init", raw.init, "Initial centres: random (K distinct pixels) or kmeans++")
+      ->capture_default_str();
+  cmd.add_option("--seed", o.workflow.seed, "Seed of the initial centres")->capture_default_str();
+  cmd.add_option("--max-iter", p.maxIterations, "Iteration cap t_max (>= 1)")
+      ->capture_default_str();
+  cmd.add_option("--tol", p.tolerance, "Stop when the relative centre shift is below this (>= 0)")
+      ->capture_default_str();
+  cmd.add_flag(
+      "--no-cycle-stop", raw.noCycleStop,
+      "Do not stop when labels repeat those of two iterations earlier (the paper's rules)");
+  cmd.add_option("--color-space", raw.colorSpace, "Colour features: rgb or lab")
+      ->capture_default_str();
+  cmd.add_option("--normalization", raw.normalization, "Per-column normalisation: minmax or zscore")
+      ->capture_default_str();
+  cmd.add_option("--spatial-weight", o.features.spatialWeight,
+                 "Weight of the x,y columns after normalisation (>= 0; 0 ignores position)")
+      ->capture_default_str();
+  cmd.add_option("--backend", raw.backend, "Engine: auto (GPU when one answers), cuda, or cpu")
+      ->capture_default_str();
+  cmd.add_option("--threads", p.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd.add_option("-o,--output-dir", o.outputDir, "Directory for label maps and reports")
+      ->capture_default_str();
+  cmd.add_option("--max-pixels", o.load.maxPixels,
+                 "Refuse images with more pixels than this (checked from the file header)")
+      ->capture_default_str();
+  cmd.add_option("--palette", raw.palette, "Label colours: distinct or cb-safe (colour-blind safe)")
+      ->capture_default_str();
+  cmd.add_flag("--no-maps", raw.noMaps, "Write only the reports, no PNG label maps");
+  cmd.add_flag("-q,--quiet", raw.quiet, "No progress on stderr");
+}
+
+// Converts the typed strings; throws kmseg::InvalidArgument (a usage error).
+void finish(Options& o, const RawOptions& raw, bool compare) {
+  if (compare) {
+    if (raw.modes.empty()) {
+      o.modes.assign(kmseg::kAllModes.begin(), kmseg::kAllModes.end());
+    } else {
+      for (const auto& m : raw.modes) o.modes.push_back(kmseg::parseMode(m));
+    }
+  } else {
+    o.modes = {kmseg::parseMode(raw.mode)};
+  }
+  o.workflow.kmeans.working = kmseg::parseWorking(raw.working);
+  o.workflow.init = kmseg::parseInit(raw.init);
+  o.workflow.kmeans.detectCycles = !raw.noCycleStop;
+  o.features.colorSpace = kmseg::parseColorSpace(raw.colorSpace);
+  o.features.normalization = kmseg::parseNormalization(raw.normalization);
+  o.backend = kmseg::parseBackend(raw.backend);
+  o.palette = kmseg::parsePalette(raw.palette);
+  o.saveMaps = !raw.noMaps;
+  o.quiet = raw.quiet;
+  // Ranges that do not depend on the image (K > pixels is checked once the image is known).
+  kmseg::validate(o.workflow.kmeans, std::size_t(-1));
+  if (!(o.features.spatialWeight >= 0.0) || !std::isfinite(o.features.spatialWeight))
+    throw kmseg::InvalidArgument("--spatial-weight " + std::to_string(o.features.spatialWeight) +
+                                 " is invalid: it must be a finite number >= 0");
+  if (o.load.maxPixels == 0) throw kmseg::InvalidArgument("--max-pixels must be >= 1");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "kmseg segments a photo with k-means on the GPU (or CPU) at a floating-point precision you\n"
+      "choose, and measures what that precision costs against an fp64 reference.\n\n"
+      "Each pixel becomes a feature row (R,G,B,x,y), normalised per column. Precision modes:\n"
+      "  fp64 fp32 fp16 bf16                 distances entirely in that precision\n"
+      "  fp16>fp32 fp16>fp64 bf16>fp32 bf16>fp64 fp32>fp64\n"
+      "                                      cheap low-precision distances, with a fallback to\n"
+      "                                      the higher precision where cancellation is "
+      "possible\n\n"
+      "Examples:\n"
+      "  kmseg segment photo.jpg -k 8 --mode fp16>fp32     one mode next to the fp64 reference\n"
+      "  kmseg compare photo.jpg -k 32                     all nine modes, one table\n"
+      "  kmseg bench cpu                                   CPU engine against OpenCV's kmeans",
+      "kmseg"};
+  app.set_version_flag("--version", std::string("kmseg ") + kmseg::kVersion);
+  app.require_subcommand(1);
+
+  Options segOpts, cmpOpts;
+  RawOptions segRaw, cmpRaw;
+  auto* segment = app.add_subcommand(
+      "segment",
+      "Segment IMAGE in one precision mode and compare it with the fp64 reference; "
+      "writes label map, colour map, disagreement mask and report");
+  addCommonOptions(*segment, segOpts, segRaw);
+  segment->add_option("-m,--mode", segRaw.mode, "Precision mode (see above)")
+      ->capture_default_str();
+
+  auto* compare = app.add_subcommand(
+      "compare",
+      "Run every precision mode from the same initial centres, print the table "
+      "(iterations, stop, time, SSE, Diff %, ARI, AMI, fallback %) and write the report");
+  addCommonOptions(*compare, cmpOpts, cmpRaw);
+  compare->add_option("--modes", cmpRaw.modes, "Modes to run (default: all nine)")->delimiter(',');
+
+  kmseg::cli::BenchOptions benchOpts;
+  auto* bench = app.add_subcommand("bench", "Benchmarks (see 'kmseg bench --help')");
+  kmseg::cli::addBenchOptions(*bench, benchOpts);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "kmseg: %s (see 'kmseg --help')\n", e.what());
+    return 2;
+  }
+
+  const bool isSegment = segment->parsed();
+  const bool isCompare = compare->parsed();
+  Options& opts = isSegment ? segOpts : cmpOpts;
+  try {
+    if (isSegment || isCompare)
+      finish(opts, isSegment ? segRaw : cmpRaw, isCompare);
+    else
+      kmseg::cli::checkBenchOptions(benchOpts);
+  } catch (const kmseg::Error& e) {
+    std::fprintf(stderr, "kmseg: %s\n", e.what());
+    return 2;
+  }
+  try {
+    if (isSegment || isCompare)
+      kmseg::cli::runCommand(isSegment ? "segment" : "compare", opts);
+    else
+      kmseg::cli::runBench(benchOpts);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "kmseg: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

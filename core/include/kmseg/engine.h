@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kmseg/kmeans.h"
+#include "kmseg/matrix.h"
+
+namespace kmseg {
+
+/// A k-means engine: runs Lloyd's loop in one precision mode from given initial centres.
+/// Implementations: the CPU engine (core, the executable specification) and the CUDA engine
+/// (kernels/). An engine object may be used for several runs, one at a time; run() is called
+/// from one thread (any thread) and calls the progress hook from that same thread.
+class KMeansEngine {
+ public:
+  virtual ~KMeansEngine() = default;
+  /// "CPU (2 threads)", or the device name for a GPU engine.
+  virtual std::string description() const = 0;
+  /// Runs Lloyd's loop on `data` (N x D, original fp64 features) from `initialCentres`
+  /// (K x D, rows of `data`), with `params.mode`, `params.rho`, working precision and stop rules.
+  /// Throws InvalidArgument/DataError for bad input, Cancelled when `control.cancel` is set,
+  /// BackendError for failures of the backend.
+  virtual KMeansResult run(const Matrix& data, const Matrix& initialCentres,
+                           const KMeansParams& params, const RunControl& control = {}) = 0;
+};
+
+/// Which engine to use.
+enum class Backend { Auto, Cpu, Cuda };
+std::string_view backendName(Backend b);
+/// Parses "auto", "cpu" or "cuda". Throws InvalidArgument.
+Backend parseBackend(std::string_view name);
+
+/// An engine and, when Auto (or Cuda) could not give the GPU, the reason.
+struct EngineChoice {
+  std::unique_ptr<KMeansEngine> engine;  ///< never null
+  Backend backend = Backend::Cpu;        ///< the backend actually chosen
+  std::string note;                      ///< e.g. "no CUDA device: cudaGetDeviceCount returned 100"
+};
+
+/// Returns the CUDA engine for Auto when one is registered and a device answers, the CPU engine
+/// otherwise, with the reason recorded in `note`. For Backend::Cuda without a usable device it
+/// throws BackendError with that reason. `threads` is the CPU thread count (0 = all).
+EngineChoice makeEngine(Backend backend, int threads = 0);
+
+/// The CPU engine. `threads` = 0 uses every hardware thread.
+std::unique_ptr<KMeansEngine> makeCpuEngine(int threads = 0);
+
+/// Factory of a GPU engine: returns the engine, or null and sets `whyNot`.
+using GpuEngineFactory = std::unique_ptr<KMeansEngine> (*)(std::string& whyNot);
+/// Registers the CUDA engine (called once by kmseg_cuda's registerCudaEngine()).
+void registerGpuEngineFactory(GpuEngineFactory factory);
+
+/// Number of threads the CPU engine uses for a request of `threads` (0 = hardware threads).
+int resolveThreadCount(int threads);
+
+}  // namespace kmseg

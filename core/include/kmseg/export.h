@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kmseg {
+
+/// An 8-bit sRGB colour.
+struct Rgb8 {
+  std::uint8_t r = 0, g = 0, b = 0;
+  friend bool operator==(const Rgb8&, const Rgb8&) = default;
+};
+
+/// Palettes for label maps.
+enum class PaletteKind {
+  Distinct,       ///< maximally distinct hues (default)
+  ColorBlindSafe  ///< Okabe-Ito first, then colours safe under common colour-vision deficiencies
+};
+/// "distinct" or "cb-safe", the name parsePalette accepts.
+std::string_view paletteName(PaletteKind p);
+/// Parses "distinct" or "cb-safe". Throws InvalidArgument.
+PaletteKind parsePalette(std::string_view name);
+/// `k` colours (0 <= k <= 65536, else InvalidArgument), all different; deterministic; the first
+/// colours are the most distinct, and a palette is a prefix of every longer one of its kind.
+std::vector<Rgb8> makePalette(int k, PaletteKind kind = PaletteKind::Distinct);
+
+/// A label map read back from a PNG file.
+struct LabelImage {
+  int width = 0;
+  int height = 0;
+  std::vector<std::int32_t> labels;
+  std::vector<Rgb8> palette;  ///< empty for 16-bit grey label maps
+};
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed, then
+/// renamed over `path`. On any failure the temporary file is removed, `path` is untouched, and
+/// IoError names the path and the reason. An existing directory or non-regular file at `path` is
+/// refused; through a symbolic link the linked file is replaced and the link kept.
+void writeFileAtomic(const std::filesystem::path& path, std::string_view bytes);
+/// As above, with the content produced by `write` into the open temporary file.
+void writeFileAtomic(const std::filesystem::path& path,
+                     const std::function<void(std::FILE*)>& write);
+
+/// Creates `dir` (and parents) if needed; an empty path means the current directory. Throws
+/// IoError when it is an existing non-directory, cannot be created, or is not writable (checked
+/// by creating and removing a probe file, since access() says yes to root).
+void prepareOutputDirectory(const std::filesystem::path& dir);
+
+/// Label map with exact cluster ids: an 8-bit palette PNG coloured with `palette` when k <= 256
+/// (opens in colour in any viewer, pixel value = cluster id, PLTE = the first k colours), a
+/// 16-bit greyscale PNG otherwise (pixel value = cluster id; `palette` is not used). Throws
+/// InvalidArgument for a size mismatch, a label outside [0, k), k outside [1, 65536] or a palette
+/// shorter than k (k <= 256), IoError when the file cannot be written.
+void writeLabelPng(const std::filesystem::path& path, const std::vector<std::int32_t>& labels,
+                   int width, int height, int k, const std::vector<Rgb8>& palette);
+/// Label map rendered in colour, 8-bit RGB PNG.
+void writeColorPng(const std::filesystem::path& path, const std::vector<std::int32_t>& labels,
+                   int width, int height, const std::vector<Rgb8>& palette);
+/// Disagreement mask: 1-bit greyscale PNG, white (1) where mask != 0, black (0) elsewhere.
+void writeMaskPng(const std::filesystem::path& path, const std::vector<std::uint8_t>& mask,
+                  int width, int height);
+/// Reads a label map written by writeLabelPng: an indexed PNG (any bit depth; label = palette
+/// index) or a 16-bit greyscale PNG (label = sample). Throws IoError naming the path for a
+/// missing, truncated or non-PNG file, any other PNG type, or more than 2^30 pixels.
+LabelImage readLabelPng(const std::filesystem::path& path);
+
+}  // namespace kmseg

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "kmseg/config.h"
+#include "kmseg/image.h"
+#include "kmseg/matrix.h"
+
+namespace kmseg {
+
+/// Colour space of the first three feature columns.
+enum class ColorSpace { Rgb, Lab };
+/// The name parseColorSpace accepts: "rgb" or "lab".
+std::string_view colorSpaceName(ColorSpace c);
+/// Parses "rgb" or "lab". Throws InvalidArgument.
+ColorSpace parseColorSpace(std::string_view name);
+
+/// Per-column normalisation. Both kinds are computed in IEEE double and do not depend on the
+/// number of threads. A column is constant when its largest value equals its smallest; it maps
+/// to 0 under both kinds, never to NaN.
+enum class Normalization {
+  /// minMaxValue(v, min, max) = (v - min) / (max - min): one correctly rounded subtraction and
+  /// one correctly rounded division, so min maps to exactly 0, max to exactly 1 and every value
+  /// into [0, 1]; a constant column maps to 0.
+  MinMax,
+  /// (v - mean) / stddev with the population standard deviation sqrt(sum((v - mean)^2) / N);
+  /// both sums are taken in fixed blocks of kSumBlockRows rows (in row order within a block),
+  /// the block sums added pairwise; mean = sum / N. A constant column maps to 0.
+  ZScore
+};
+/// The name parseNormalization accepts: "minmax" or "zscore".
+std::string_view normalizationName(Normalization n);
+/// Parses "minmax" or "zscore". Throws InvalidArgument.
+Normalization parseNormalization(std::string_view name);
+
+/// Rows per block of the z-score sums (see Normalization::ZScore).
+inline constexpr std::size_t kSumBlockRows = 4096;
+
+/// The min-max normalised value of `v` in a column whose extremes are `min` and `max`; the one
+/// definition that every engine uses when it rebuilds features instead of reading them.
+KMSEG_HOST_DEVICE inline double minMaxValue(double v, double min, double max) {
+  return max == min ? 0.0 : (v - min) / (max - min);
+}
+
+/// How pixel features are built.
+struct FeatureOptions {
+  ColorSpace colorSpace = ColorSpace::Rgb;              ///< what c0, c1, c2 hold
+  Normalization normalization = Normalization::MinMax;  ///< applied to every column
+  double spatialWeight = 1.0;  ///< multiplies the normalised x and y columns; finite, >= 0
+};
+
+/// Builds one row (c0, c1, c2, x, y) per pixel, row-major pixel order (index = y * width + x),
+/// then normalises each column and weights x and y. Before normalisation, c0..c2 are the R, G, B
+/// sample values (0..255 or 0..65535) or, for Lab, OpenCV's COLOR_RGB2Lab of the float32 sample
+/// float(v / maxValue) (L in [0, 100]); x and y are the column and row of the pixel in the
+/// upright image. After normalisation x and y are multiplied by the spatial weight (one
+/// rounding). The result equals building those raw columns, calling normalizeColumns and then
+/// weighting, bit for bit. Throws InvalidArgument for an empty image, a pixel buffer that does
+/// not hold width * height * 3 samples, or a negative / non-finite spatial weight.
+Matrix makeFeatures(const Image& image, const FeatureOptions& options = {});
+
+/// Normalises every column of a generic N x D matrix in place (see Normalization). Constant
+/// columns become 0, never NaN; an empty matrix is left as it is. Throws DataError when the
+/// matrix holds NaN or infinity, or when a column's range (min-max) or variance (z-score)
+/// overflows a double.
+void normalizeColumns(Matrix& m, Normalization n);
+
+}  // namespace kmseg

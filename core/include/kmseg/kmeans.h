@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kmseg/lloyd_rules.h"
+#include "kmseg/matrix.h"
+#include "kmseg/mode.h"
+
+namespace kmseg {
+
+/// How the initial centres are chosen.
+enum class Init {
+  RandomPoints,   ///< K distinct data points drawn uniformly (the paper's choice)
+  KMeansPlusPlus  ///< D^2 seeding (Arthur and Vassilvitskii)
+};
+std::string_view initName(Init init);
+/// Parses "random" or "kmeans++". Throws InvalidArgument.
+Init parseInit(std::string_view name);
+
+/// Working precision W: precision of the data and of the centroid update.
+enum class Working {
+  Auto,  ///< fp64 for mode fp64, fp32 otherwise
+  Fp32,
+  Fp64
+};
+std::string_view workingName(Working w);
+/// Parses "auto", "fp32" or "fp64". Throws InvalidArgument.
+Working parseWorking(std::string_view name);
+/// The working precision a run of `mode` uses when asked for `w`.
+Precision resolveWorking(Mode mode, Working w);
+
+std::string_view stopReasonName(StopReason r);
+
+/// Parameters of one k-means run. Defaults are the paper's.
+struct KMeansParams {
+  int k = 8;
+  Mode mode = Mode::Fp32;
+  double rho = 5.0;  ///< safety factor of the reliability test, > 2
+  Working working = Working::Auto;
+  int maxIterations = 300;   ///< t_max >= 1
+  double tolerance = 1e-8;   ///< tau >= 0 on ||dC||_F / ||C||_F
+  bool detectCycles = true;  ///< stop on a 2-cycle of labels (off reproduces the paper)
+  bool traceSse = true;      ///< compute the SSE of every iteration in the trace
+  int threads = 0;           ///< CPU threads; 0 = all hardware threads
+  /// CPU engine, uniform fp64/fp32 modes: skip distance evaluations that provably cannot change
+  /// a label (Hamerly's bounds widened by the rounding error bound of the expanded formula).
+  /// The labels are those of the brute-force loop; only the work differs.
+  bool useBounds = true;
+};
+
+/// Throws InvalidArgument naming the parameter and its limit when `p` is out of range for
+/// `n` samples (K < 1, K > n, rho <= 2, maxIterations < 1, negative or NaN tolerance).
+void validate(const KMeansParams& p, std::size_t n);
+
+/// What happened in one Lloyd iteration (assignment followed by the centroid update).
+struct IterationStats {
+  int iteration = 0;               ///< 1-based
+  std::int64_t changed = 0;        ///< labels that differ from the previous iteration
+  std::int64_t fallbacks = 0;      ///< distance evaluations that fell back to high precision
+  std::int64_t evaluations = 0;    ///< distance evaluations in this iteration
+  std::int64_t emptyClusters = 0;  ///< clusters re-seeded in this iteration
+  double centreShift = 0.0;        ///< ||C_new - C_old||_F / ||C_new||_F
+  double sse = -1.0;               ///< fp64 SSE of this iteration's labels, -1 when not traced
+};
+
+/// Progress hook: called once per iteration from the thread that runs the engine.
+using ProgressFn = std::function<void(const IterationStats&)>;
+
+/// Progress reporting and cooperative cancellation for a run. `cancel` is polled once per
+/// iteration; when it reads true the run throws Cancelled.
+struct RunControl {
+  ProgressFn progress;
+  const std::atomic<bool>* cancel = nullptr;
+  bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
+};
+
+/// The outcome of a k-means run.
+struct KMeansResult {
+  Mode mode = Mode::Fp32;
+  Precision working = Precision::Fp32;
+  std::vector<std::int32_t> labels;  ///< one per sample, in [0, K)
+  Matrix centroids;                  ///< K x D, working-precision values widened to double
+  int iterations = 0;
+  StopReason stop = StopReason::MaxIterations;
+  double sse = 0.0;  ///< fp64 SSE of the final labels against the final centres
+  std::int64_t fallbacks = 0;
+  std::int64_t evaluations = 0;
+  std::int64_t emptyClusterEvents = 0;
+  std::vector<IterationStats> trace;
+  double seconds = 0.0;         ///< wall time of the Lloyd loop
+  double deviceSeconds = -1.0;  ///< device time when the engine measures it, else -1
+  std::string backend;          ///< "CPU (2 threads)" or the device name
+
+  /// Fallback ratio eta = fallbacks / evaluations (0 for uniform modes).
+  double fallbackRatio() const {
+    return evaluations > 0 ? double(fallbacks) / double(evaluations) : 0.0;
+  }
+};
+
+/// Sum of squared distances, in fp64, between each row of `x` and the centre of its label.
+double computeSse(const Matrix& x, const std::vector<std::int32_t>& labels, const Matrix& centres);
+
+}  // namespace kmseg

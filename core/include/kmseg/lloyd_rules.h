@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// The rules of the Lloyd loop, shared by every engine (STYLE.md rule 2): tie-breaking, the
+// empty-cluster candidate order, the centre-shift measure and the stop test. Only the reduction
+// order of sums may differ between engines.
+
+#include <cstdint>
+
+#include "kmseg/config.h"
+
+namespace kmseg {
+
+/// Why a Lloyd loop stopped.
+enum class StopReason {
+  Converged,     ///< no label changed
+  Cycle,         ///< labels equal those of two iterations earlier (a 2-cycle)
+  CentreShift,   ///< relative centre shift below the tolerance
+  MaxIterations  ///< the iteration cap was reached
+};
+
+/// Argmin step: centres are scanned in ascending index order and a centre replaces the best so
+/// far only when strictly closer, so ties go to the lowest index. A NaN best so far is replaced
+/// by any number; a NaN candidate never wins.
+template <class D>
+KMSEG_HOST_DEVICE inline bool closer(D candidate, D best) {
+  return candidate < best || (best != best && candidate == candidate);
+}
+
+/// Empty-cluster re-seeding picks the point farthest from the centre it was assigned to
+/// (direct formula in the working precision); ties go to the lowest point index.
+template <class D>
+KMSEG_HOST_DEVICE inline bool fartherCandidate(D d, std::int64_t index, D bestD,
+                                               std::int64_t bestIndex) {
+  return d > bestD || (d == bestD && index < bestIndex);
+}
+
+/// ||C_new - C_old||_F / ||C_new||_F over `n` entries, accumulated in double in index order.
+/// 0 when nothing moved; infinity when the new centres are all zero but something moved.
+template <class W>
+KMSEG_HOST_DEVICE inline double relativeCentreShift(const W* oldC, const W* newC, int n) {
+  double num = 0.0, den = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const double a = double(newC[i]), b = double(oldC[i]);
+    num += (a - b) * (a - b);
+    den += a * a;
+  }
+  if (num == 0.0) return 0.0;
+  if (den == 0.0) return __builtin_huge_val();
+  return __builtin_sqrt(num / den);
+}
+
+/// What the stop test looks at after iteration `iteration` (1-based): assignment, re-seeding of
+/// empty clusters, then the centroid update.
+struct StopInputs {
+  int iteration;
+  int maxIterations;
+  std::int64_t changed;        ///< labels that differ from the previous iteration's
+  std::int64_t emptyClusters;  ///< re-seeding events in this iteration
+  bool sameAsTwoAgo;           ///< labels equal those of iteration - 2 (only when iteration >= 3)
+  bool detectCycles;
+  double centreShift;
+  double tolerance;
+};
+
+/// The stop test, in order: converged (no change and no re-seeding), 2-cycle (if enabled),
+/// centre shift < tolerance, iteration cap. Returns false while the loop should go on.
+KMSEG_HOST_DEVICE inline bool shouldStop(const StopInputs& s, StopReason* reason) {
+  if (s.changed == 0 && s.emptyClusters == 0) {
+    *reason = StopReason::Converged;
+    return true;
+  }
+  if (s.detectCycles && s.sameAsTwoAgo && s.emptyClusters == 0) {
+    *reason = StopReason::Cycle;
+    return true;
+  }
+  if (s.centreShift < s.tolerance) {
+    *reason = StopReason::CentreShift;
+    return true;
+  }
+  if (s.iteration >= s.maxIterations) {
+    *reason = StopReason::MaxIterations;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace kmseg

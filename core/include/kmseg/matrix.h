@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace kmseg {
+
+/// A dense row-major matrix of doubles: `rows` samples of `cols` features each.
+/// Feature matrices hold the original (fp64) feature values; engines round them to their
+/// working precision themselves.
+struct Matrix {
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::vector<double> values;  ///< rows * cols entries, row-major
+
+  Matrix() = default;
+  Matrix(std::size_t r, std::size_t c) : rows(r), cols(c), values(r * c, 0.0) {}
+
+  /// Pointer to the first entry of row `i`.
+  double* row(std::size_t i) { return values.data() + i * cols; }
+  const double* row(std::size_t i) const { return values.data() + i * cols; }
+  double& operator()(std::size_t i, std::size_t j) { return values[i * cols + j]; }
+  double operator()(std::size_t i, std::size_t j) const { return values[i * cols + j]; }
+  bool empty() const { return rows == 0 || cols == 0; }
+};
+
+/// Throws DataError naming `what`, the row and the column when `m` holds a NaN or an infinity.
+void checkFinite(const Matrix& m, const char* what);
+
+}  // namespace kmseg

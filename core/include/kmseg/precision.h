@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kmseg/config.h"
+
+namespace kmseg {
+
+/// The floating-point formats kmseg computes in.
+enum class Precision { None, Fp64, Fp32, Fp16, Bf16 };
+
+/// "fp64", "fp32", "fp16", "bf16" or "none".
+std::string_view precisionName(Precision p);
+
+/// Unit roundoff u of a format (round to nearest): fp64 2^-53, fp32 2^-24, fp16 2^-11,
+/// bf16 2^-8.
+KMSEG_HOST_DEVICE constexpr double unitRoundoff(Precision p) {
+  switch (p) {
+    case Precision::Fp64:
+      return 0x1p-53;
+    case Precision::Fp32:
+      return 0x1p-24;
+    case Precision::Fp16:
+      return 0x1p-11;
+    case Precision::Bf16:
+      return 0x1p-8;
+    default:
+      return 0.0;
+  }
+}
+
+/// gamma_n = n u / (1 - n u) (Higham's constant). Requires n u < 1.
+KMSEG_HOST_DEVICE constexpr double gammaN(int n, double u) {
+  return n * u / (1.0 - n * u);
+}
+
+// ---- Exact rounding to the 16-bit formats (round to nearest, ties to even) -------------------
+
+/// IEEE binary16 bit pattern nearest to `x` (ties to even): subnormals kept, overflow to +-inf,
+/// NaN stays NaN (quiet).
+std::uint16_t toHalfBits(double x);
+/// bfloat16 bit pattern nearest to `x` (ties to even), same rules.
+std::uint16_t toBf16Bits(double x);
+/// The value of a binary16 bit pattern.
+double halfBitsToDouble(std::uint16_t bits);
+/// The value of a bfloat16 bit pattern.
+double bf16BitsToDouble(std::uint16_t bits);
+
+/// `x` rounded to `p` (ties to even) and returned as a double. For Fp64 this is `x`.
+double roundTo(Precision p, double x);
+
+}  // namespace kmseg

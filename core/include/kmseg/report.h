@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kmseg/features.h"
+#include "kmseg/kmeans.h"
+#include "kmseg/metrics.h"
+
+namespace kmseg {
+
+/// One mode's run and its comparison with the fp64 reference (no comparison for the
+/// reference itself).
+struct ModeReport {
+  const KMeansResult* result = nullptr;
+  const Comparison* comparison = nullptr;  ///< null for the reference run
+  bool isReference = false;
+};
+
+/// Everything a report records about one image and its runs.
+struct Report {
+  std::string command;  ///< "segment" or "compare"
+  std::string image;    ///< file name as given by the user
+  int width = 0;
+  int height = 0;
+  KMeansParams params;  ///< shared parameters (params.mode is the segment mode)
+  FeatureOptions features;
+  Init init = Init::RandomPoints;
+  std::uint64_t seed = 0;
+  std::string backend;      ///< engine description, e.g. "CPU (2 threads)"
+  std::string backendNote;  ///< why Auto chose this backend, empty when it was asked for
+  double decodeSeconds = 0.0;
+  double featureSeconds = 0.0;
+  std::vector<ModeReport> runs;
+};
+
+/// The report as JSON (parameters, per-mode results with per-iteration traces, timings,
+/// versions of kmseg and its libraries). Keys are snake_case; NaN, infinity and unmeasured
+/// values (negative device seconds or trace SSE) are written as null. Throws InvalidArgument
+/// when a run has no result.
+std::string reportJson(const Report& report);
+/// One CSV line per mode: mode, iterations, stop, seconds, sse, diff %, ari, ami, fallback %,
+/// empty-cluster events, backend, after a header line. Fields are quoted where needed and
+/// records end in CRLF (RFC 4180); NaN and the reference's comparison fields are empty.
+std::string reportCsv(const Report& report);
+
+}  // namespace kmseg

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// The one workflow both front ends follow (DESIGN.md section 1): the fp64 reference once, then
+// each requested mode from the same initial centres, each compared with the reference.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kmseg/engine.h"
+#include "kmseg/kmeans.h"
+#include "kmseg/metrics.h"
+
+namespace kmseg {
+
+/// Parameters shared by every run of one comparison.
+struct WorkflowParams {
+  KMeansParams kmeans;  ///< kmeans.mode is ignored: the modes are listed separately
+  Init init = Init::RandomPoints;
+  std::uint64_t seed = 1;
+};
+
+/// One mode's run and its comparison with the reference.
+struct ModeOutcome {
+  KMeansResult result;
+  Comparison comparison;
+};
+
+/// The reference, every mode's outcome, and the initial centres they all started from.
+struct WorkflowResult {
+  std::vector<std::int64_t> initialIndices;  ///< rows of the feature matrix
+  KMeansResult reference;                    ///< fp64 with fp64 working precision
+  std::vector<ModeOutcome> modes;            ///< in the order requested
+  std::string engine;                        ///< engine description
+};
+
+/// Progress of a workflow: which run (0 = the reference, then 1..modes), the mode, and that
+/// run's iteration statistics. Called on the thread that runs the workflow.
+using WorkflowProgress =
+    std::function<void(int run, int runCount, Mode mode, const IterationStats& stats)>;
+
+/// Runs the fp64 reference and then each of `modes` on `engine`, all from the same initial
+/// centres (chosen once with params.init and params.seed), and compares each with the
+/// reference. A requested fp64 mode with fp64 working precision reuses the reference run.
+/// Throws what the engine throws; Cancelled when `cancel` becomes true.
+WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
+                           const std::vector<Mode>& modes, const WorkflowParams& params,
+                           const WorkflowProgress& progress = {},
+                           const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace kmseg

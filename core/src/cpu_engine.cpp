@@ -1,0 +1,636 @@
+// SPDX-License-Identifier: MIT
+// The CPU engine: the executable specification of every precision mode (DESIGN.md section 3).
+// Each low-precision operation is evaluated and rounded in its format through Math<T>, with the
+// formulas of distance.h and the rules of lloyd_rules.h that the CUDA engine shares.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "kmseg/distance.h"
+#include "kmseg/engine.h"
+#include "kmseg/error.h"
+#include "kmseg/lloyd_rules.h"
+#include "parallel.h"
+#include "precision_types.h"
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define KMSEG_X86_DISPATCH 1
+#define KMSEG_TARGET_V3 __attribute__((target("arch=x86-64-v3"), flatten))
+#else
+#define KMSEG_X86_DISPATCH 0
+#define KMSEG_TARGET_V3
+#endif
+#define KMSEG_FLATTEN __attribute__((flatten))
+#define KMSEG_INLINE inline __attribute__((always_inline))
+
+namespace kmseg {
+
+namespace {
+
+// Fixed partition of the samples for the centroid sums: it depends only on N, K and D, never on
+// the thread count, so the sums (and everything after them) are the same for any thread count.
+constexpr std::size_t kMinBlock = 8192;
+constexpr std::size_t kMaxBlocks = 64;
+
+std::size_t blockCount(std::size_t n, std::size_t k, std::size_t d) {
+  const std::size_t byMemory = std::max<std::size_t>(1, (std::size_t(1) << 24) / (k * d));
+  return std::max<std::size_t>(1,
+                               std::min({(n + kMinBlock - 1) / kMinBlock, kMaxBlocks, byMemory}));
+}
+
+// Pairwise (tree) sum of v[lo..hi) in T, split at the midpoint: a fixed order.
+template <class T>
+T pairwiseSum(const T* v, std::size_t lo, std::size_t hi, std::size_t stride) {
+  if (hi - lo == 1) return v[lo * stride];
+  const std::size_t mid = lo + (hi - lo) / 2;
+  return pairwiseSum(v, lo, mid, stride) + pairwiseSum(v, mid, hi, stride);
+}
+
+// Everything one mode needs, in its number types:
+//   LowT  precision of the expanded formula (Math<LowT>)
+//   HighT precision of the fallback direct formula (void for uniform modes)
+//   WT    working precision of the data and the centroid update (float or double)
+template <class LowT, class HighT, class WT>
+struct Lloyd {
+  static constexpr bool kFallback = !std::is_void_v<HighT>;
+  using H = std::conditional_t<kFallback, HighT, double>;
+  using ML = Math<LowT>;
+  using MH = Math<H>;
+
+  const Matrix& data;
+  const KMeansParams& params;
+  const RunControl& control;
+  int threads;
+  std::size_t n, d, k;
+  std::size_t blocks, blockSize;
+
+  std::vector<WT> xw;     // N x D working-precision data
+  std::vector<LowT> xl;   // N x D low-precision copy fl_low(x_W) (empty when LowT == WT)
+  std::vector<LowT> xxl;  // ||x~||^2 in low precision, per sample
+  std::vector<WT> cw;     // K x D centres in W
+  std::vector<LowT> cl;   // K x D fl_low(c_W)
+  std::vector<LowT> clT;  // D x K transpose of cl
+  std::vector<LowT> ccl;  // ||c~||^2 per centre
+  std::vector<H> ch;      // K x D centres in H (fallback)
+  H factor{};
+
+  // Distance bounds (Hamerly) for the uniform fp64/fp32 modes: per sample an upper bound on the
+  // distance to its centre and a lower bound on the distance to every other centre, both for
+  // the exact distance between the low-precision vectors, widened by the rounding error bound of
+  // the expanded formula. A sample is skipped only when no other centre's computed distance can
+  // come out below (or tie with) its own centre's, so the labels equal the brute-force labels.
+  static constexpr bool kBounded = !kFallback && std::is_floating_point_v<LowT>;
+  static constexpr double kUp = 1.0 + 1e-12, kDown = 1.0 - 1e-12;  // outward rounding slack
+  bool bounded = false;
+  std::vector<double> upper, lower;  // per sample
+  std::vector<LowT> prevCl;          // previous iteration's cl
+  std::vector<double> delta;         // per centre: how far it moved, rounded up
+  double deltaMax = 0, deltaSecond = 0, ccMax = 0, errorFactor = 0;
+  std::size_t deltaArgmax = 0;
+
+  std::vector<WT> blockSum, blockComp;    // blocks x K x D Kahan partials
+  std::vector<std::int64_t> blockCountV;  // blocks x K
+  std::vector<std::int64_t> blockChanged, blockFallbacks;
+
+  static constexpr bool kSharedLow = std::is_same_v<LowT, WT>;
+  const LowT* lowRow(std::size_t i) const {
+    if constexpr (kSharedLow)
+      return xw.data() + i * d;
+    else
+      return xl.data() + i * d;
+  }
+
+  Lloyd(const Matrix& x, const KMeansParams& p, const RunControl& c, int t)
+      : data(x), params(p), control(c), threads(t), n(x.rows), d(x.cols), k(std::size_t(p.k)) {
+    blocks = blockCount(n, k, d);
+    blockSize = (n + blocks - 1) / blocks;
+    xw.resize(n * d);
+    for (std::size_t i = 0; i < n * d; ++i) xw[i] = WT(x.values[i]);
+    if constexpr (!kSharedLow) {
+      xl.resize(n * d);
+      for (std::size_t i = 0; i < n * d; ++i) xl[i] = ML::from(double(xw[i]));
+    }
+    xxl.resize(n);
+    parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
+      const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
+      for (std::size_t i = lo; i < hi; ++i) xxl[i] = squaredNorm<LowT>(lowRow(i), int(d));
+    });
+    if constexpr (kFallback)
+      factor = MH::from(reliabilityFactor(params.rho, int(d), lowPrecision(params.mode)));
+    blockSum.resize(blocks * k * d);
+    blockComp.resize(blocks * k * d);
+    blockCountV.resize(blocks * k);
+    blockChanged.resize(blocks);
+    blockFallbacks.resize(blocks);
+    cl.resize(k * d);
+    clT.resize(k * d);
+    if constexpr (kBounded) {
+      bounded = params.useBounds;
+      if (bounded) {
+        upper.assign(n, INFINITY);
+        lower.assign(n, 0.0);
+        prevCl.assign(k * d, ML::from(0.0));
+        delta.assign(k, INFINITY);
+        // E = 2 gamma_{D+2} (||x||^2 + ||c||^2) bounds the error of the expanded formula; 1.01
+        // covers using the computed norms in place of the exact ones.
+        errorFactor = 1.01 * 2.0 * gammaN(int(d) + 2, unitRoundoff(lowPrecision(params.mode)));
+      }
+    }
+    ccl.resize(k);
+    ch.resize(k * d);
+  }
+
+  void prepareCentres() {
+    if (bounded) std::swap(prevCl, cl);
+    for (std::size_t j = 0; j < k * d; ++j) {
+      if constexpr (kSharedLow)
+        cl[j] = cw[j];
+      else
+        cl[j] = ML::from(double(cw[j]));
+      if constexpr (kFallback) ch[j] = MH::from(double(cw[j]));
+    }
+    for (std::size_t j = 0; j < k; ++j) ccl[j] = squaredNorm<LowT>(cl.data() + j * d, int(d));
+    for (std::size_t j = 0; j < k; ++j)
+      for (std::size_t q = 0; q < d; ++q) clT[q * k + j] = cl[j * d + q];
+    if (bounded) {
+      deltaMax = deltaSecond = ccMax = 0;
+      for (std::size_t j = 0; j < k; ++j) {
+        double s2 = 0;
+        for (std::size_t q = 0; q < d; ++q) {
+          const double t = ML::toDouble(cl[j * d + q]) - ML::toDouble(prevCl[j * d + q]);
+          s2 += t * t;
+        }
+        delta[j] = std::sqrt(s2) * kUp;
+        if (delta[j] > deltaMax) {
+          deltaSecond = deltaMax;
+          deltaMax = delta[j];
+          deltaArgmax = j;
+        } else if (delta[j] > deltaSecond) {
+          deltaSecond = delta[j];
+        }
+        ccMax = std::max(ccMax, ML::toDouble(ccl[j]) * kUp);
+      }
+    }
+  }
+
+  // Assigns sample i: returns its label and adds to `fallbacks`. DT > 0 fixes D at compile time.
+  // The K inner products advance together, one coordinate at a time, over the transposed
+  // centres: each pair still sees acc = fma(x_q, c_q, acc) for q = 0..D-1 in order, but the loop
+  // over centres vectorises. `scratch` holds 2 K values of LowT and K values of H.
+  template <int DT>
+  KMSEG_INLINE int assignOne(std::size_t i, std::int64_t& fallbacks, LowT* dots, H* dist) const {
+    constexpr int kMaxStackD = 16;
+    const int dd = DT > 0 ? DT : int(d);
+    const std::size_t kk = k;
+    const LowT* x = lowRow(i);
+    for (std::size_t j = 0; j < kk; ++j) dots[j] = ML::from(0.0);
+    for (int q = 0; q < dd; ++q) {
+      const LowT xq = x[q];
+      const LowT* cq = clT.data() + std::size_t(q) * kk;
+      for (std::size_t j = 0; j < kk; ++j) dots[j] = ML::fma(xq, cq[j], dots[j]);
+    }
+    const LowT xx = xxl[i];
+    int bestJ = 0;
+    if constexpr (kFallback) {
+      H xhStack[kMaxStackD];
+      std::vector<H> xhHeap;
+      H* xh = xhStack;
+      if (dd > kMaxStackD) {
+        xhHeap.resize(std::size_t(dd));
+        xh = xhHeap.data();
+      }
+      const WT* xwRow = xw.data() + i * d;
+      for (int c = 0; c < dd; ++c) xh[c] = MH::from(double(xwRow[c]));
+      for (std::size_t j = 0; j < kk; ++j) {
+        bool fell = false;
+        dist[j] = mixedDistance<LowT, H>(expandedDistance<LowT>(xx, ccl[j], dots[j]), xh,
+                                         ch.data() + j * dd, dd, factor, &fell);
+        fallbacks += fell;
+      }
+      H best = dist[0];
+      for (std::size_t j = 1; j < kk; ++j)
+        if (closer(dist[j], best)) best = dist[j], bestJ = int(j);
+    } else {
+      (void)dist;
+      for (std::size_t j = 0; j < kk; ++j)
+        dots[j] = expandedDistance<LowT>(xx, ccl[j], dots[j]).distance;
+      double best = ML::toDouble(dots[0]);
+      for (std::size_t j = 1; j < kk; ++j) {
+        const double dj = ML::toDouble(dots[j]);
+        if (closer(dj, best)) best = dj, bestJ = int(j);
+      }
+    }
+    return bestJ;
+  }
+
+  // Bounded assignment of sample i currently labelled `label` (-1 before the first iteration).
+  template <int DT>
+  KMSEG_INLINE int assignBounded(std::size_t i, int label, LowT* dots) {
+    const int dd = DT > 0 ? DT : int(d);
+    const double e = errorFactor * (ML::toDouble(xxl[i]) + ccMax) * kUp;
+    auto provablyKept = [&](double u, double l) {
+      return l > 0 && l * l * kDown > (u * u + 2 * e) * kUp;
+    };
+    double l = 0;
+    if (label >= 0) {
+      double u = (upper[i] + delta[std::size_t(label)]) * kUp;
+      l = std::max(
+          0.0, (lower[i] - (std::size_t(label) == deltaArgmax ? deltaSecond : deltaMax)) * kDown);
+      if (!provablyKept(u, l)) {  // tighten the upper bound with the own centre's distance
+        const LowT* x = lowRow(i);
+        const LowT dot = dotProduct<LowT>(x, cl.data() + std::size_t(label) * dd, dd);
+        const double da =
+            ML::toDouble(expandedDistance<LowT>(xxl[i], ccl[std::size_t(label)], dot).distance);
+        u = std::sqrt(std::max(0.0, da + e)) * kUp;
+      }
+      if (provablyKept(u, l)) {
+        upper[i] = u;
+        lower[i] = l;
+        return label;
+      }
+    }
+    std::int64_t unused = 0;
+    const int a = assignOne<DT>(i, unused, dots, nullptr);
+    // assignOne leaves the K computed distances in dots.
+    double best = ML::toDouble(dots[std::size_t(a)]), second = INFINITY;
+    for (std::size_t j = 0; j < k; ++j)
+      if (int(j) != a) second = std::min(second, ML::toDouble(dots[j]));
+    upper[i] = std::sqrt(std::max(0.0, best + e)) * kUp;
+    lower[i] = k == 1 ? INFINITY : std::sqrt(std::max(0.0, second - e)) * kDown;
+    return a;
+  }
+
+  // One block: assignment, label write, changed and fallback counts, Kahan partial sums.
+  template <int DT>
+  KMSEG_INLINE void blockBody(std::size_t b, std::int32_t* labels, bool assign) {
+    const std::size_t lo = b * blockSize, hi = std::min(n, lo + blockSize);
+    WT* sum = blockSum.data() + b * k * d;
+    WT* comp = blockComp.data() + b * k * d;
+    std::int64_t* cnt = blockCountV.data() + b * k;
+    std::fill(sum, sum + k * d, WT(0));
+    std::fill(comp, comp + k * d, WT(0));
+    std::fill(cnt, cnt + k, 0);
+    std::int64_t changed = 0, fallbacks = 0;
+    std::vector<LowT> dots(assign ? k : 0);
+    std::vector<H> dist(assign && kFallback ? k : 0);
+    for (std::size_t i = lo; i < hi; ++i) {
+      int label = labels[i];
+      if (assign) {
+        int nl;
+        if constexpr (kBounded) {
+          nl = bounded ? assignBounded<DT>(i, label, dots.data())
+                       : assignOne<DT>(i, fallbacks, dots.data(), dist.data());
+        } else {
+          nl = assignOne<DT>(i, fallbacks, dots.data(), dist.data());
+        }
+        changed += nl != label;
+        labels[i] = label = nl;
+      }
+      // Kahan summation in W: a fixed order within the block.
+      const WT* xr = xw.data() + i * d;
+      WT* s = sum + std::size_t(label) * d;
+      WT* c = comp + std::size_t(label) * d;
+      for (std::size_t q = 0; q < d; ++q) {
+        const WT y = xr[q] - c[q];
+        const WT t = s[q] + y;
+        c[q] = (t - s[q]) - y;
+        s[q] = t;
+      }
+      ++cnt[label];
+    }
+    blockChanged[b] = changed;
+    blockFallbacks[b] = fallbacks;
+  }
+
+  template <int DT>
+  KMSEG_FLATTEN void blockGeneric(std::size_t b, std::int32_t* labels, bool assign) {
+    blockBody<DT>(b, labels, assign);
+  }
+#if KMSEG_X86_DISPATCH
+  template <int DT>
+  KMSEG_TARGET_V3 void blockV3(std::size_t b, std::int32_t* labels, bool assign) {
+    blockBody<DT>(b, labels, assign);
+  }
+#endif
+
+  void pass(std::int32_t* labels, bool assign, bool useV3) {
+    const bool d5 = d == 5;
+    parallelFor(std::int64_t(blocks), threads, [&](std::int64_t bi) {
+      const auto b = std::size_t(bi);
+#if KMSEG_X86_DISPATCH
+      if (useV3) {
+        d5 ? blockV3<5>(b, labels, assign) : blockV3<0>(b, labels, assign);
+        return;
+      }
+#endif
+      (void)useV3;
+      d5 ? blockGeneric<5>(b, labels, assign) : blockGeneric<0>(b, labels, assign);
+    });
+  }
+
+  // Block partials -> per-cluster counts and sums (pairwise over blocks, fixed order).
+  void reduce(std::vector<std::int64_t>& counts, std::vector<WT>& sums) const {
+    counts.assign(k, 0);
+    sums.assign(k * d, WT(0));
+    for (std::size_t b = 0; b < blocks; ++b)
+      for (std::size_t j = 0; j < k; ++j) counts[j] += blockCountV[b * k + j];
+    std::vector<WT> folded(blocks);
+    for (std::size_t e = 0; e < k * d; ++e) {
+      for (std::size_t b = 0; b < blocks; ++b)
+        folded[b] = blockSum[b * k * d + e] - blockComp[b * k * d + e];
+      sums[e] = pairwiseSum(folded.data(), 0, blocks, 1);
+    }
+  }
+
+  // Direct distance in W between sample i and centre j of `centres`.
+  WT distanceW(std::size_t i, const WT* centres, std::size_t j) const {
+    return directDistance<WT>(xw.data() + i * d, centres + j * d, int(d));
+  }
+
+  // Re-seeds each empty cluster (ascending) with the sample farthest from the centre it was
+  // assigned to, among samples whose cluster keeps at least one other member.
+  std::int64_t reseedEmpty(std::int32_t* labels, std::vector<std::int64_t>& counts,
+                           const std::vector<WT>& assignedCentres) {
+    std::int64_t events = 0;
+    std::vector<std::int64_t> picked;
+    for (std::size_t j = 0; j < k; ++j) {
+      if (counts[j] != 0) continue;
+      std::vector<WT> bestD(blocks, WT(-1));
+      std::vector<std::int64_t> bestI(blocks, -1);
+      parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
+        const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
+        WT bd = WT(-1);
+        std::int64_t bi = -1;
+        for (std::size_t i = lo; i < hi; ++i) {
+          if (counts[std::size_t(labels[i])] <= 1) continue;
+          if (std::find(picked.begin(), picked.end(), std::int64_t(i)) != picked.end()) continue;
+          const WT di = distanceW(i, assignedCentres.data(), std::size_t(labels[i]));
+          if (bi < 0 || fartherCandidate(di, std::int64_t(i), bd, bi)) {
+            bd = di;
+            bi = std::int64_t(i);
+          }
+        }
+        bestD[std::size_t(b)] = bd;
+        bestI[std::size_t(b)] = bi;
+      });
+      std::int64_t p = -1;
+      WT pd = WT(-1);
+      for (std::size_t b = 0; b < blocks; ++b)
+        if (bestI[b] >= 0 && (p < 0 || fartherCandidate(bestD[b], bestI[b], pd, p))) {
+          p = bestI[b];
+          pd = bestD[b];
+        }
+      if (p < 0) break;  // cannot happen for K <= N; keep the cluster empty rather than loop
+      --counts[std::size_t(labels[p])];
+      labels[p] = std::int32_t(j);
+      if (bounded) {
+        upper[std::size_t(p)] = INFINITY;
+        lower[std::size_t(p)] = 0.0;
+      }
+      counts[j] = 1;
+      picked.push_back(p);
+      ++events;
+    }
+    return events;
+  }
+
+  double sseOf(const std::int32_t* labels, const std::vector<WT>& centres) const {
+    std::vector<double> partial(blocks, 0.0);
+    parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
+      const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
+      double s = 0.0;
+      for (std::size_t i = lo; i < hi; ++i) {
+        const double* x = data.row(i);
+        const WT* c = centres.data() + std::size_t(labels[i]) * d;
+        for (std::size_t q = 0; q < d; ++q) {
+          const double t = x[q] - double(c[q]);
+          s += t * t;
+        }
+      }
+      partial[std::size_t(b)] = s;
+    });
+    return pairwiseSum(partial.data(), 0, blocks, 1);
+  }
+
+  KMeansResult run(const Matrix& initial, bool useV3) {
+    KMeansResult r;
+    r.mode = params.mode;
+    r.working = std::is_same_v<WT, double> ? Precision::Fp64 : Precision::Fp32;
+    cw.resize(k * d);
+    for (std::size_t j = 0; j < k * d; ++j) cw[j] = WT(initial.values[j]);
+
+    std::vector<std::int32_t> labels(n, -1), prev(n, -1), prev2(n, -1);
+    std::vector<std::int64_t> counts;
+    std::vector<WT> sums, newC(k * d);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int it = 1;; ++it) {
+      if (control.cancelled()) throw Cancelled();
+      prepareCentres();
+      pass(labels.data(), true, useV3);
+      IterationStats st;
+      st.iteration = it;
+      st.evaluations = std::int64_t(n) * std::int64_t(k);
+      for (std::size_t b = 0; b < blocks; ++b) {
+        st.changed += blockChanged[b];
+        st.fallbacks += blockFallbacks[b];
+      }
+      reduce(counts, sums);
+      if (std::find(counts.begin(), counts.end(), 0) != counts.end()) {
+        st.emptyClusters = reseedEmpty(labels.data(), counts, cw);
+        if (st.emptyClusters > 0) {
+          pass(labels.data(), false, useV3);
+          reduce(counts, sums);
+        }
+      }
+      for (std::size_t j = 0; j < k; ++j) {
+        const WT cnt = WT(counts[j]);
+        for (std::size_t q = 0; q < d; ++q)
+          newC[j * d + q] = counts[j] > 0 ? sums[j * d + q] / cnt : cw[j * d + q];
+      }
+      st.centreShift = relativeCentreShift(cw.data(), newC.data(), int(k * d));
+      std::swap(cw, newC);
+      if (params.traceSse) st.sse = sseOf(labels.data(), cw);
+      const bool sameAsTwoAgo = it >= 3 && labels == prev2;
+      r.fallbacks += st.fallbacks;
+      r.evaluations += st.evaluations;
+      r.emptyClusterEvents += st.emptyClusters;
+      r.trace.push_back(st);
+      if (control.progress) control.progress(st);
+      StopReason reason{};
+      if (shouldStop({it, params.maxIterations, st.changed, st.emptyClusters, sameAsTwoAgo,
+                      params.detectCycles, st.centreShift, params.tolerance},
+                     &reason)) {
+        r.iterations = it;
+        r.stop = reason;
+        break;
+      }
+      std::swap(prev2, prev);
+      prev = labels;
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.labels = std::move(labels);
+    r.centroids = Matrix(k, d);
+    for (std::size_t j = 0; j < k * d; ++j) r.centroids.values[j] = double(cw[j]);
+    r.sse = params.traceSse && !r.trace.empty() ? r.trace.back().sse
+                                                : computeSse(data, r.labels, r.centroids);
+    return r;
+  }
+};
+
+bool cpuSupportsV3() {
+#if KMSEG_X86_DISPATCH
+  if (const char* isa = std::getenv("KMSEG_CPU_ISA"); isa && std::string(isa) == "generic")
+    return false;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("bmi2");
+#else
+  return false;
+#endif
+}
+
+template <class LowT, class HighT>
+KMeansResult runMode(const Matrix& data, const Matrix& init, const KMeansParams& p,
+                     const RunControl& c, int threads, Precision working) {
+  const bool v3 = cpuSupportsV3();
+  if (working == Precision::Fp64) {
+    Lloyd<LowT, HighT, double> lloyd(data, p, c, threads);
+    return lloyd.run(init, v3);
+  }
+  Lloyd<LowT, HighT, float> lloyd(data, p, c, threads);
+  return lloyd.run(init, v3);
+}
+
+class CpuEngine final : public KMeansEngine {
+ public:
+  explicit CpuEngine(int threads) : threads_(resolveThreadCount(threads)) {}
+
+  std::string description() const override {
+    return "CPU (" + std::to_string(threads_) + (threads_ == 1 ? " thread)" : " threads)");
+  }
+
+  KMeansResult run(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
+                   const RunControl& control) override {
+    if (data.empty()) throw InvalidArgument("the feature matrix is empty");
+    validate(params, data.rows);
+    if (initialCentres.rows != std::size_t(params.k) || initialCentres.cols != data.cols)
+      throw InvalidArgument("initial centres are " + std::to_string(initialCentres.rows) + " x " +
+                            std::to_string(initialCentres.cols) + ", expected K x D = " +
+                            std::to_string(params.k) + " x " + std::to_string(data.cols));
+    checkFinite(data, "the feature matrix");
+    checkFinite(initialCentres, "the initial centres");
+    const int threads = params.threads > 0 ? params.threads : threads_;
+    const Precision w = resolveWorking(params.mode, params.working);
+    KMeansResult r;
+    switch (params.mode) {
+#define KMSEG_CPU_CASE(e, name, low, high)                                                    \
+  case Mode::e:                                                                               \
+    r = runMode<TypeOf<low>::type, TypeOf<high>::type>(data, initialCentres, params, control, \
+                                                       threads, w);                           \
+    break;
+      KMSEG_FOR_EACH_MODE(KMSEG_CPU_CASE)
+#undef KMSEG_CPU_CASE
+    }
+    r.backend = "CPU (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+    return r;
+  }
+
+ private:
+  int threads_;
+};
+
+std::mutex& registryMutex() {
+  static std::mutex m;
+  return m;
+}
+GpuEngineFactory& gpuFactory() {
+  static GpuEngineFactory f = nullptr;
+  return f;
+}
+
+}  // namespace
+
+int resolveThreadCount(int threads) {
+  if (threads > 0) return threads;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? int(hw) : 1;
+}
+
+std::unique_ptr<KMeansEngine> makeCpuEngine(int threads) {
+  return std::make_unique<CpuEngine>(threads);
+}
+
+void registerGpuEngineFactory(GpuEngineFactory factory) {
+  std::lock_guard lock(registryMutex());
+  gpuFactory() = factory;
+}
+
+std::string_view backendName(Backend b) {
+  switch (b) {
+    case Backend::Cpu:
+      return "cpu";
+    case Backend::Cuda:
+      return "cuda";
+    case Backend::Auto:
+      break;
+  }
+  return "auto";
+}
+
+Backend parseBackend(std::string_view name) {
+  if (name == "auto") return Backend::Auto;
+  if (name == "cpu") return Backend::Cpu;
+  if (name == "cuda") return Backend::Cuda;
+  throw InvalidArgument("unknown backend '" + std::string(name) + "'; valid: auto, cpu, cuda");
+}
+
+EngineChoice makeEngine(Backend backend, int threads) {
+  EngineChoice choice;
+  if (backend != Backend::Cpu) {
+    GpuEngineFactory factory;
+    {
+      std::lock_guard lock(registryMutex());
+      factory = gpuFactory();
+    }
+    std::string why;
+    if (!factory) {
+      why = "this build has no CUDA engine";
+    } else if (auto gpu = factory(why)) {
+      choice.engine = std::move(gpu);
+      choice.backend = Backend::Cuda;
+      return choice;
+    }
+    if (backend == Backend::Cuda) throw BackendError("the CUDA backend is not available: " + why);
+    choice.note = "using the CPU: " + why;
+  }
+  choice.engine = makeCpuEngine(threads);
+  choice.backend = Backend::Cpu;
+  return choice;
+}
+
+double computeSse(const Matrix& x, const std::vector<std::int32_t>& labels, const Matrix& centres) {
+  if (labels.size() != x.rows || centres.cols != x.cols)
+    throw InvalidArgument("computeSse: labels, data and centres do not match in size");
+  double total = 0.0;
+  for (std::size_t i = 0; i < x.rows; ++i) {
+    const auto l = labels[i];
+    if (l < 0 || std::size_t(l) >= centres.rows)
+      throw InvalidArgument("computeSse: label " + std::to_string(l) + " is out of range");
+    for (std::size_t q = 0; q < x.cols; ++q) {
+      const double t = x(i, q) - centres(std::size_t(l), q);
+      total += t * t;
+    }
+  }
+  return total;
+}
+
+}  // namespace kmseg

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+#include <cmath>
+#include <string>
+
+#include "kmseg/error.h"
+#include "kmseg/kmeans.h"
+
+namespace kmseg {
+
+std::string_view initName(Init init) {
+  return init == Init::KMeansPlusPlus ? "kmeans++" : "random";
+}
+
+Init parseInit(std::string_view name) {
+  if (name == "random") return Init::RandomPoints;
+  if (name == "kmeans++") return Init::KMeansPlusPlus;
+  throw InvalidArgument("unknown init '" + std::string(name) + "'; valid: random, kmeans++");
+}
+
+std::string_view workingName(Working w) {
+  switch (w) {
+    case Working::Fp32:
+      return "fp32";
+    case Working::Fp64:
+      return "fp64";
+    case Working::Auto:
+      break;
+  }
+  return "auto";
+}
+
+Working parseWorking(std::string_view name) {
+  if (name == "auto") return Working::Auto;
+  if (name == "fp32") return Working::Fp32;
+  if (name == "fp64") return Working::Fp64;
+  throw InvalidArgument("unknown working precision '" + std::string(name) +
+                        "'; valid: auto, fp32, fp64");
+}
+
+Precision resolveWorking(Mode mode, Working w) {
+  if (mode == Mode::Fp64 || w == Working::Fp64) return Precision::Fp64;
+  return Precision::Fp32;
+}
+
+std::string_view stopReasonName(StopReason r) {
+  switch (r) {
+    case StopReason::Converged:
+      return "converged";
+    case StopReason::Cycle:
+      return "2-cycle";
+    case StopReason::CentreShift:
+      return "centre shift < tol";
+    case StopReason::MaxIterations:
+      break;
+  }
+  return "iteration cap";
+}
+
+void validate(const KMeansParams& p, std::size_t n) {
+  if (p.k < 1) throw InvalidArgument("K = " + std::to_string(p.k) + " is invalid: K must be >= 1");
+  if (std::size_t(p.k) > n)
+    throw InvalidArgument("K = " + std::to_string(p.k) + " exceeds the number of samples (" +
+                          std::to_string(n) + ")");
+  if (!(p.rho > 2.0))
+    throw InvalidArgument("rho = " + std::to_string(p.rho) + " is invalid: rho must be > 2");
+  if (p.maxIterations < 1)
+    throw InvalidArgument("max iterations = " + std::to_string(p.maxIterations) +
+                          " is invalid: it must be >= 1");
+  if (!(p.tolerance >= 0.0) || !std::isfinite(p.tolerance))
+    throw InvalidArgument("tolerance = " + std::to_string(p.tolerance) +
+                          " is invalid: it must be a finite number >= 0");
+  if (p.threads < 0)
+    throw InvalidArgument("threads = " + std::to_string(p.threads) +
+                          " is invalid: use 0 (all) or more");
+}
+
+void checkFinite(const Matrix& m, const char* what) {
+  for (std::size_t i = 0; i < m.rows; ++i)
+    for (std::size_t j = 0; j < m.cols; ++j)
+      if (!std::isfinite(m(i, j)))
+        throw DataError(std::string(what) + " holds a non-finite value (" +
+                        std::to_string(m(i, j)) + ") at row " + std::to_string(i) + ", column " +
+                        std::to_string(j) + "; NaN and infinity are not allowed");
+}
+
+}  // namespace kmseg

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+#include "kmseg/workflow.h"
+
+#include "kmseg/error.h"
+#include "kmseg/init.h"
+
+namespace kmseg {
+
+WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
+                           const std::vector<Mode>& modes, const WorkflowParams& params,
+                           const WorkflowProgress& progress, const std::atomic<bool>* cancel) {
+  if (features.empty()) throw InvalidArgument("the feature matrix is empty");
+  validate(params.kmeans, features.rows);
+  checkFinite(features, "the feature matrix");
+  WorkflowResult out;
+  out.engine = engine.description();
+  out.initialIndices = chooseInitialCentres(features, params.kmeans.k, params.init, params.seed);
+  const Matrix initial = gatherRows(features, out.initialIndices);
+  const int runCount = 1 + int(modes.size());
+
+  auto runOne = [&](int run, Mode mode, Working working) {
+    KMeansParams p = params.kmeans;
+    p.mode = mode;
+    p.working = working;
+    RunControl control;
+    control.cancel = cancel;
+    if (progress)
+      control.progress = [&](const IterationStats& s) { progress(run, runCount, mode, s); };
+    return engine.run(features, initial, p, control);
+  };
+
+  out.reference = runOne(0, Mode::Fp64, Working::Fp64);
+  const int k = params.kmeans.k;
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    const Mode mode = modes[m];
+    ModeOutcome o;
+    if (mode == Mode::Fp64) {
+      o.result = out.reference;  // same mode, same working precision, same centres
+    } else {
+      o.result = runOne(int(m) + 1, mode, params.kmeans.working);
+    }
+    o.comparison =
+        compareLabelings(out.reference.labels, o.result.labels, k, out.reference.sse, o.result.sse);
+    out.modes.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace kmseg

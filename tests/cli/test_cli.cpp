@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+// The kmseg command line, run as a user runs it: exit codes 0/1/2, one clear line on stderr,
+// outputs that equal the library's results, and no partial output on failure.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "kmseg/engine.h"
+#include "kmseg/export.h"
+#include "kmseg/features.h"
+#include "kmseg/image_io.h"
+#include "kmseg/workflow.h"
+#include "test_paths.h"
+
+namespace kmseg {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string readAll(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs kmseg with `args` (already shell-quoted where needed).
+CliRun kmseg(const std::string& args) {
+  const char* exe = std::getenv("KMSEG_CLI");
+  if (!exe) {
+    ADD_FAILURE() << "KMSEG_CLI is not set (CTest sets it to the kmseg executable)";
+    return {};
+  }
+  const fs::path dir = fs::temp_directory_path() / "kmseg-cli-capture";
+  fs::create_directories(dir);
+  const std::string cmd = std::string("'") + exe + "' " + args + " >'" + (dir / "out").string() +
+                          "' 2>'" + (dir / "err").string() + "'";
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = readAll(dir / "out");
+  r.err = readAll(dir / "err");
+  return r;
+}
+
+std::size_t lines(const std::string& s) {
+  std::size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+bool emptyDir(const fs::path& d) {
+  return !fs::exists(d) || fs::is_empty(d);
+}
+
+TEST(Cli, HelpExplainsTheCommands) {
+  const CliRun r = kmseg("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* word : {"segment", "compare", "bench", "fp16>fp32", "fallback"})
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  const CliRun s = kmseg("segment --help");
+  EXPECT_EQ(s.code, 0);
+  for (const char* opt :
+       {"--clusters", "--mode", "--rho", "--working", "--init", "--seed", "--max-iter", "--tol",
+        "--color-space", "--normalization", "--spatial-weight", "--backend", "--output-dir",
+        "--max-pixels", "--threads"})
+    EXPECT_NE(s.out.find(opt), std::string::npos) << opt;
+}
+
+TEST(Cli, SegmentWritesWhatTheLibraryComputes) {
+  const fs::path out = test::freshTempDir("cli-segment");
+  const CliRun r =
+      kmseg("segment samples/coffee.png -k 5 --mode fp16-fp32 --seed 7 --max-iter 40 -q -o '" +
+            out.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  EXPECT_NE(r.out.find("fp16>fp32"), std::string::npos);
+  for (const char* f :
+       {"coffee.fp16-fp32.labels.png", "coffee.fp16-fp32.color.png", "coffee.fp16-fp32.mask.png",
+        "coffee.reference.labels.png", "coffee.segment.json", "coffee.segment.csv"})
+    EXPECT_TRUE(fs::is_regular_file(out / f)) << f;
+
+  // The same workflow through the library gives the same labels.
+  const Image image = loadImage(test::sourcePath("samples/coffee.png"));
+  WorkflowParams p;
+  p.kmeans.k = 5;
+  p.kmeans.maxIterations = 40;
+  p.seed = 7;
+  const auto w = runWorkflow(*makeCpuEngine(0), makeFeatures(image), {Mode::Fp16Fp32}, p);
+  const LabelImage labels = readLabelPng(out / "coffee.fp16-fp32.labels.png");
+  EXPECT_EQ(labels.width, 600);
+  EXPECT_EQ(labels.height, 400);
+  EXPECT_EQ(labels.labels, w.modes[0].result.labels);
+  EXPECT_EQ(readLabelPng(out / "coffee.reference.labels.png").labels, w.reference.labels);
+  const std::string json = readAll(out / "coffee.segment.json");
+  EXPECT_NE(json.find("\"fp16>fp32\""), std::string::npos);
+  EXPECT_EQ(lines(readAll(out / "coffee.segment.csv")), 3u);  // header, reference, mode
+}
+
+TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {
+  const fs::path out = test::freshTempDir("cli-compare");
+  const CliRun r = kmseg(
+      "compare samples/grace_hopper.jpg -k 4 --modes fp64,fp32,fp32-fp64 "
+      "--max-iter 30 --no-maps -q -o '" +
+      out.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* row : {"reference", "fp64 ", "fp32 ", "fp32>fp64"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row;
+  for (const char* col : {"iter", "stop", "time", "SSE", "Diff %", "ARI", "AMI", "fallback"})
+    EXPECT_NE(r.out.find(col), std::string::npos) << col;
+  EXPECT_TRUE(fs::is_regular_file(out / "grace_hopper.compare.json"));
+  EXPECT_FALSE(fs::exists(out / "grace_hopper.fp32.labels.png"));  // --no-maps
+}
+
+struct BadCase {
+  std::string name;
+  std::string args;
+  int code;
+  std::string message;
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) {
+  *os << c.name << ": kmseg " << c.args;
+}
+
+class CliBadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(CliBadInput, OneClearLineAndNoOutput) {
+  const BadCase& c = GetParam();
+  const fs::path tmp = test::freshTempDir("cli-bad-" + c.name);
+  std::ofstream(tmp / "empty.png").close();
+  std::ofstream(tmp / "text.png") << "this is not an image\n";
+  const std::string coffee = readAll(test::sourcePath("samples/coffee.png"));
+  std::ofstream(tmp / "truncated.png", std::ios::binary) << coffee.substr(0, coffee.size() / 2);
+  const std::string jpeg = readAll(test::sourcePath("samples/grace_hopper.jpg"));
+  std::ofstream(tmp / "truncated.jpg", std::ios::binary) << jpeg.substr(0, jpeg.size() / 2);
+  std::ofstream(tmp / "file.txt") << "x";
+  // Two colours only: with --spatial-weight 0 there are two distinct feature rows.
+  std::vector<std::int32_t> two(64);
+  for (std::size_t i = 0; i < two.size(); ++i) two[i] = std::int32_t(i % 2);
+  writeColorPng(tmp / "two.png", two, 8, 8, makePalette(2));
+
+  std::string args = c.args;
+  for (std::string::size_type at; (at = args.find("$T")) != std::string::npos;)
+    args.replace(at, 2, tmp.string());
+  const fs::path out = tmp / "out";
+  if (args.find(" -o ") == std::string::npos) args += " -q -o '" + out.string() + "'";
+  const CliRun r = kmseg(args);
+  EXPECT_EQ(r.code, c.code) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("kmseg: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  EXPECT_TRUE(emptyDir(out)) << "partial output in " << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliBadInput,
+    ::testing::Values(
+        BadCase{"missing", "segment $T/nope.jpg", 1, "nope.jpg"},
+        BadCase{"directory", "segment $T", 1, "directory"},
+        BadCase{"empty", "segment $T/empty.png", 1, "empty"},
+        BadCase{"text", "segment $T/text.png", 1, "text.png"},
+        BadCase{"truncpng", "segment $T/truncated.png", 1, "truncated"},
+        BadCase{"truncjpg", "segment $T/truncated.jpg", 1, "truncated"},
+        BadCase{"pixels", "segment samples/coffee.png --max-pixels 1000", 1, "1000"},
+        BadCase{"kzero", "segment samples/coffee.png -k 0", 2, "K = 0"},
+        BadCase{"kpixels", "segment $T/two.png -k 65", 1, "exceeds the number of samples (64)"},
+        BadCase{"kdistinct", "segment $T/two.png -k 3 --spatial-weight 0", 1,
+                "distinct feature rows (2)"},
+        BadCase{"mode", "segment samples/coffee.png --mode fp8", 2, "unknown precision mode"},
+        BadCase{"rho", "segment samples/coffee.png --rho 2", 2, "rho must be > 2"},
+        BadCase{"maxiter", "segment samples/coffee.png --max-iter 0", 2, "max iterations"},
+        BadCase{"tol", "segment samples/coffee.png --tol -1", 2, "tolerance"},
+        BadCase{"backend", "segment samples/coffee.png --backend gpu", 2, "unknown backend"},
+        BadCase{"option", "segment samples/coffee.png --frobnicate", 2, "frobnicate"},
+        BadCase{"unwritable", "segment samples/coffee.png -q -o $T/file.txt/sub", 1, "file.txt"},
+        BadCase{"outisfile", "segment samples/coffee.png -q -o $T/file.txt", 1, "file.txt"}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace kmseg

@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: MIT
+// The CPU engine: Lloyd on data with known answers, every mode, stop rules, empty clusters,
+// determinism across thread counts and instruction sets, cancellation, bad input.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "kmseg/engine.h"
+#include "kmseg/error.h"
+#include "kmseg/init.h"
+#include "kmseg/kmeans.h"
+
+namespace kmseg {
+namespace {
+
+// Three well separated 2-D blobs; returns the data and the true blob of each row.
+Matrix threeBlobs(std::size_t perBlob, std::uint32_t seed, std::vector<int>* truth) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  const double centre[3][2] = {{0.2, 0.2}, {0.8, 0.3}, {0.5, 0.9}};
+  Matrix m(3 * perBlob, 2);
+  truth->clear();
+  for (std::size_t i = 0; i < m.rows; ++i) {
+    const int b = int(i % 3);
+    m(i, 0) = centre[b][0] + noise(rng);
+    m(i, 1) = centre[b][1] + noise(rng);
+    truth->push_back(b);
+  }
+  return m;
+}
+
+Matrix randomData(std::size_t n, std::size_t d, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Matrix m(n, d);
+  for (double& v : m.values) v = u(rng);
+  return m;
+}
+
+class EveryMode : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(EveryMode, RecoversThreeBlobs) {
+  std::vector<int> truth;
+  const Matrix data = threeBlobs(300, 11, &truth);
+  KMeansParams p;
+  p.k = 3;
+  p.mode = GetParam();
+  const auto init = chooseInitialCentres(data, 3, Init::KMeansPlusPlus, 5);
+  auto engine = makeCpuEngine(2);
+  const KMeansResult r = engine->run(data, gatherRows(data, init), p);
+  ASSERT_EQ(r.labels.size(), data.rows);
+  // Every true blob maps to exactly one cluster.
+  int map[3] = {-1, -1, -1};
+  for (std::size_t i = 0; i < data.rows; ++i) {
+    int& m = map[truth[i]];
+    if (m < 0) m = r.labels[i];
+    EXPECT_EQ(m, r.labels[i]) << "row " << i;
+  }
+  EXPECT_NE(map[0], map[1]);
+  EXPECT_NE(map[1], map[2]);
+  EXPECT_NE(map[0], map[2]);
+  EXPECT_LE(r.iterations, 20);
+  EXPECT_EQ(r.stop, StopReason::Converged);
+  EXPECT_EQ(r.evaluations, std::int64_t(r.iterations) * std::int64_t(data.rows) * 3);
+  if (!hasFallback(GetParam())) EXPECT_EQ(r.fallbacks, 0);
+  EXPECT_EQ(r.working, resolveWorking(GetParam(), Working::Auto));
+  // The centres are the means of their clusters (up to working-precision rounding).
+  for (int j = 0; j < 3; ++j) {
+    double sx = 0, sy = 0;
+    int cnt = 0;
+    for (std::size_t i = 0; i < data.rows; ++i)
+      if (r.labels[i] == j) sx += data(i, 0), sy += data(i, 1), ++cnt;
+    ASSERT_GT(cnt, 0);
+    EXPECT_NEAR(r.centroids(std::size_t(j), 0), sx / cnt, 1e-6);
+    EXPECT_NEAR(r.centroids(std::size_t(j), 1), sy / cnt, 1e-6);
+  }
+  EXPECT_NEAR(r.sse, computeSse(data, r.labels, r.centroids), 1e-9 * r.sse);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, EveryMode, ::testing::ValuesIn(kAllModes), [](const auto& info) {
+  std::string s(modeName(info.param));
+  for (char& c : s)
+    if (c == '>') c = '_';
+  return s;
+});
+
+TEST(Lloyd, KnownAnswerOneDimension) {
+  // 1-D points; from centres {0, 10} Lloyd converges to {1, 11} (means of {0,1,2}, {10,11,12}).
+  Matrix data(6, 1);
+  const double v[] = {0, 1, 2, 10, 11, 12};
+  std::copy(v, v + 6, data.values.begin());
+  Matrix init(2, 1);
+  init(0, 0) = 0;
+  init(1, 0) = 10;
+  KMeansParams p;
+  p.k = 2;
+  p.mode = Mode::Fp64;
+  const auto r = makeCpuEngine(1)->run(data, init, p);
+  EXPECT_EQ(r.labels, (std::vector<std::int32_t>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(r.centroids(0, 0), 1.0);
+  EXPECT_EQ(r.centroids(1, 0), 11.0);
+  EXPECT_EQ(r.iterations, 2);  // the second assignment changes nothing
+  EXPECT_EQ(r.stop, StopReason::Converged);
+  EXPECT_EQ(r.trace[0].changed, 6);
+  EXPECT_EQ(r.trace[1].changed, 0);
+  EXPECT_DOUBLE_EQ(r.sse, 4.0);
+}
+
+TEST(Lloyd, TiesGoToTheLowestIndex) {
+  Matrix data(1, 1);
+  data(0, 0) = 1.0;
+  Matrix init(2, 1);  // both centres at distance 1 from the only point... K <= N needs N >= 2
+  Matrix data2(2, 1);
+  data2(0, 0) = 1.0;
+  data2(1, 0) = 1.0;
+  init(0, 0) = 0.0;
+  init(1, 0) = 2.0;
+  KMeansParams p;
+  p.k = 2;
+  p.mode = Mode::Fp64;
+  p.maxIterations = 1;
+  const auto r = makeCpuEngine(1)->run(data2, init, p);
+  // Both points tie; they go to centre 0, centre 1 is empty and is re-seeded with the farthest
+  // point, ties broken to the lowest index (point 0).
+  EXPECT_EQ(r.labels, (std::vector<std::int32_t>{1, 0}));
+  EXPECT_EQ(r.emptyClusterEvents, 1);
+}
+
+TEST(Lloyd, EmptyClusterIsReseededWithTheFarthestPoint) {
+  Matrix data(4, 1);
+  const double v[] = {0.0, 0.1, 0.2, 5.0};
+  std::copy(v, v + 4, data.values.begin());
+  Matrix init(2, 1);
+  init(0, 0) = 0.0;
+  init(1, 0) = 100.0;  // attracts nobody
+  KMeansParams p;
+  p.k = 2;
+  p.mode = Mode::Fp64;
+  const auto r = makeCpuEngine(2)->run(data, init, p);
+  EXPECT_EQ(r.emptyClusterEvents, 1);
+  EXPECT_EQ(r.trace[0].emptyClusters, 1);
+  EXPECT_EQ(r.labels, (std::vector<std::int32_t>{0, 0, 0, 1}));
+  EXPECT_NEAR(r.centroids(0, 0), 0.1, 1e-15);
+  EXPECT_EQ(r.centroids(1, 0), 5.0);
+  EXPECT_EQ(r.stop, StopReason::Converged);
+}
+
+TEST(Lloyd, StopRules) {
+  const Matrix data = randomData(2000, 3, 1);
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 6, Init::RandomPoints, 9));
+  KMeansParams p;
+  p.k = 6;
+  p.maxIterations = 1;
+  auto engine = makeCpuEngine(2);
+  auto r = engine->run(data, init, p);
+  EXPECT_EQ(r.iterations, 1);
+  EXPECT_EQ(r.stop, StopReason::MaxIterations);
+  p.maxIterations = 300;
+  p.tolerance = 1e9;  // any shift is below it
+  r = engine->run(data, init, p);
+  EXPECT_EQ(r.iterations, 1);
+  EXPECT_EQ(r.stop, StopReason::CentreShift);
+  p.tolerance = 0;  // only convergence (or a cycle) stops it
+  r = engine->run(data, init, p);
+  EXPECT_TRUE(r.stop == StopReason::Converged || r.stop == StopReason::Cycle);
+  EXPECT_EQ(r.trace.back().changed == 0, r.stop == StopReason::Converged);
+}
+
+TEST(Lloyd, StopTestOrder) {
+  StopReason why{};
+  StopInputs s{5, 300, 0, 0, false, true, 0.0, 1e-8};
+  ASSERT_TRUE(shouldStop(s, &why));
+  EXPECT_EQ(why, StopReason::Converged);
+  s.changed = 6;
+  s.sameAsTwoAgo = true;
+  s.centreShift = 1.0;
+  ASSERT_TRUE(shouldStop(s, &why));
+  EXPECT_EQ(why, StopReason::Cycle);
+  s.detectCycles = false;  // the paper's rules: the cycle runs on
+  EXPECT_FALSE(shouldStop(s, &why));
+  s.iteration = 300;
+  ASSERT_TRUE(shouldStop(s, &why));
+  EXPECT_EQ(why, StopReason::MaxIterations);
+  s.emptyClusters = 1;
+  s.changed = 0;
+  s.iteration = 5;
+  EXPECT_FALSE(shouldStop(s, &why));  // a re-seeded cluster is not convergence
+}
+
+// Results do not depend on the number of threads: sums use a partition fixed by N, K and D.
+TEST(Lloyd, SameResultForAnyThreadCount) {
+  const Matrix data = randomData(100000, 5, 3);  // several blocks of the sum partition
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 4));
+  for (Mode mode : {Mode::Fp32, Mode::Fp16Fp32, Mode::Fp64}) {
+    KMeansParams p;
+    p.k = 8;
+    p.mode = mode;
+    p.maxIterations = 15;
+    p.threads = 1;
+    const auto one = makeCpuEngine(1)->run(data, init, p);
+    for (int t : {2, 3}) {
+      p.threads = t;
+      const auto many = makeCpuEngine(t)->run(data, init, p);
+      EXPECT_EQ(many.labels, one.labels) << modeName(mode) << " threads " << t;
+      EXPECT_EQ(many.centroids.values, one.centroids.values) << modeName(mode);
+      EXPECT_EQ(many.iterations, one.iterations);
+      EXPECT_EQ(many.fallbacks, one.fallbacks);
+      EXPECT_EQ(many.sse, one.sse);
+    }
+  }
+}
+
+// The instruction-set variants (generic x86-64 and x86-64-v3 with FMA) give identical results.
+TEST(Lloyd, SameResultForEveryInstructionSet) {
+  const Matrix data = randomData(30000, 5, 8);
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 2));
+  for (Mode mode : kAllModes) {
+    KMeansParams p;
+    p.k = 8;
+    p.mode = mode;
+    p.maxIterations = 8;
+    ::unsetenv("KMSEG_CPU_ISA");
+    const auto fast = makeCpuEngine(2)->run(data, init, p);
+    ::setenv("KMSEG_CPU_ISA", "generic", 1);
+    const auto generic = makeCpuEngine(2)->run(data, init, p);
+    ::unsetenv("KMSEG_CPU_ISA");
+    EXPECT_EQ(fast.labels, generic.labels) << modeName(mode);
+    EXPECT_EQ(fast.centroids.values, generic.centroids.values) << modeName(mode);
+    EXPECT_EQ(fast.fallbacks, generic.fallbacks) << modeName(mode);
+  }
+}
+
+TEST(Lloyd, CancelStopsWithinOneIteration) {
+  const Matrix data = randomData(20000, 5, 6);
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 16, Init::RandomPoints, 1));
+  std::atomic<bool> cancel{false};
+  int calls = 0;
+  RunControl control;
+  control.cancel = &cancel;
+  control.progress = [&](const IterationStats& s) {
+    ++calls;
+    if (s.iteration == 2) cancel = true;
+  };
+  KMeansParams p;
+  p.k = 16;
+  p.tolerance = 0;
+  EXPECT_THROW(makeCpuEngine(2)->run(data, init, p, control), Cancelled);
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(Lloyd, ProgressReportsEveryIteration) {
+  const Matrix data = randomData(5000, 5, 2);
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 4, Init::RandomPoints, 3));
+  std::vector<IterationStats> seen;
+  RunControl control;
+  control.progress = [&](const IterationStats& s) { seen.push_back(s); };
+  KMeansParams p;
+  p.k = 4;
+  p.mode = Mode::Fp16Fp32;
+  const auto r = makeCpuEngine(2)->run(data, init, p, control);
+  ASSERT_EQ(seen.size(), std::size_t(r.iterations));
+  std::int64_t fallbacks = 0;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].iteration, int(i) + 1);
+    fallbacks += seen[i].fallbacks;
+    EXPECT_GE(seen[i].sse, 0.0);
+  }
+  EXPECT_EQ(fallbacks, r.fallbacks);
+  EXPECT_GT(r.fallbacks, 0);  // with rho = 5 the winning pairs near a centre fall back
+  EXPECT_LT(r.fallbackRatio(), 1.0);
+  // SSE never increases much (Lloyd descends; low precision may wobble slightly).
+  EXPECT_LE(seen.back().sse, seen.front().sse);
+}
+
+TEST(Lloyd, BadInput) {
+  Matrix data = randomData(10, 2, 1);
+  auto engine = makeCpuEngine(1);
+  KMeansParams p;
+  p.k = 2;
+  const Matrix init = gatherRows(data, {0, 1});
+  auto expectThrow = [&](const KMeansParams& q, const Matrix& x, const Matrix& c,
+                         const std::string& needle) {
+    try {
+      engine->run(x, c, q);
+      ADD_FAILURE() << "no exception for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  KMeansParams q = p;
+  q.k = 0;
+  expectThrow(q, data, init, "K = 0");
+  q = p;
+  q.k = 11;
+  expectThrow(q, data, gatherRows(data, {0, 1}), "exceeds the number of samples (10)");
+  q = p;
+  q.rho = 2.0;
+  expectThrow(q, data, init, "rho must be > 2");
+  q = p;
+  q.maxIterations = 0;
+  expectThrow(q, data, init, "max iterations");
+  q = p;
+  q.tolerance = -1;
+  expectThrow(q, data, init, "tolerance");
+  expectThrow(p, data, gatherRows(data, {0, 1, 2}), "expected K x D = 2 x 2");
+  Matrix bad = data;
+  bad(3, 1) = std::nan("");
+  expectThrow(p, bad, init, "row 3, column 1");
+  bad(3, 1) = INFINITY;
+  expectThrow(p, bad, init, "non-finite");
+}
+
+TEST(Init, RandomPointsAreDistinctRowsAndReproducible) {
+  Matrix data(100, 1);
+  for (std::size_t i = 0; i < 100; ++i) data(i, 0) = double(i % 10);  // 10 distinct rows
+  const auto a = chooseInitialCentres(data, 10, Init::RandomPoints, 42);
+  const auto b = chooseInitialCentres(data, 10, Init::RandomPoints, 42);
+  EXPECT_EQ(a, b);
+  std::vector<double> values;
+  for (auto i : a) values.push_back(data(std::size_t(i), 0));
+  std::sort(values.begin(), values.end());
+  EXPECT_EQ(std::unique(values.begin(), values.end()), values.end());
+  EXPECT_NE(chooseInitialCentres(data, 10, Init::RandomPoints, 43), a);
+  const auto pp = chooseInitialCentres(data, 10, Init::KMeansPlusPlus, 42);
+  values.clear();
+  for (auto i : pp) values.push_back(data(std::size_t(i), 0));
+  std::sort(values.begin(), values.end());
+  EXPECT_EQ(std::unique(values.begin(), values.end()), values.end());
+}
+
+TEST(Init, TooFewDistinctRowsIsAClearError) {
+  Matrix data(1000, 2);  // 3 distinct rows
+  for (std::size_t i = 0; i < 1000; ++i) data(i, 0) = double(i % 3);
+  for (Init init : {Init::RandomPoints, Init::KMeansPlusPlus}) {
+    try {
+      chooseInitialCentres(data, 4, init, 1);
+      ADD_FAILURE() << "no exception";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("distinct feature rows (3)"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(chooseInitialCentres(data, 3, Init::RandomPoints, 1).size(), 3u);
+  EXPECT_THROW(chooseInitialCentres(data, 0, Init::RandomPoints, 1), InvalidArgument);
+  EXPECT_THROW(chooseInitialCentres(data, 1001, Init::RandomPoints, 1), InvalidArgument);
+}
+
+TEST(Engine, FactoryFallsBackToTheCpuWithAReason) {
+  auto choice = makeEngine(Backend::Auto, 2);
+  ASSERT_NE(choice.engine, nullptr);
+  if (choice.backend == Backend::Cpu) EXPECT_FALSE(choice.note.empty());
+  EXPECT_EQ(makeEngine(Backend::Cpu, 3).engine->description(), "CPU (3 threads)");
+  EXPECT_EQ(parseBackend("cuda"), Backend::Cuda);
+  EXPECT_THROW(parseBackend("gpu"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kmseg

@@ -1,0 +1,454 @@
+// SPDX-License-Identifier: MIT
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kmseg/error.h"
+#include "kmseg/image_io.h"
+#include "test_paths.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kmseg::Image;
+using kmseg::ImageInfo;
+using kmseg::InvalidArgument;
+using kmseg::IoError;
+using kmseg::LoadOptions;
+using kmseg::test::freshTempDir;
+using kmseg::test::sourcePath;
+
+using Rgb = std::array<int, 3>;
+
+Rgb pixel(const Image& image, int x, int y) {
+  const std::size_t i = std::size_t(y) * image.width + x;
+  return {int(image.sample(i, 0)), int(image.sample(i, 1)), int(image.sample(i, 2))};
+}
+
+std::vector<char> readBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+fs::path writeBytes(const fs::path& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+  return path;
+}
+
+// The first `keep` bytes of a sample, as a new file in `dir`.
+fs::path truncatedCopy(const fs::path& dir, const std::string& sample, std::size_t keep) {
+  std::vector<char> bytes = readBytes(sourcePath(sample));
+  EXPECT_LT(keep, bytes.size());
+  bytes.resize(keep);
+  return writeBytes(dir / fs::path(sample).filename(), bytes);
+}
+
+// A PNG signature and an IHDR chunk only: enough for the header, no pixels.
+fs::path pngHeaderOnly(const fs::path& path, std::uint32_t width, std::uint32_t height) {
+  std::vector<char> bytes = {'\x89', 'P', 'N', 'G', '\r', '\n', '\x1A', '\n',
+                             0,      0,   0,   13,  'I',  'H',  'D',    'R'};
+  for (std::uint32_t v : {width, height})
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(char((v >> shift) & 0xFF));
+  for (char c : {8, 0, 0, 0, 0}) bytes.push_back(c);  // 8-bit grey, no interlace
+  for (int k = 0; k < 4; ++k) bytes.push_back(0);     // CRC (stb_image does not check it)
+  return writeBytes(path, bytes);
+}
+
+template <typename E>
+std::string messageOf(const fs::path& path, const LoadOptions& options = {}) {
+  try {
+    kmseg::loadImage(path, options);
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type for " << path << ": " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "loading " << path << " did not throw";
+  return {};
+}
+
+TEST(ImageIo, LoadsCoffeePngWithKnownPixels) {
+  const Image image = kmseg::loadImage(sourcePath("samples/coffee.png"));
+  EXPECT_EQ(image.width, 600);
+  EXPECT_EQ(image.height, 400);
+  EXPECT_EQ(image.bitDepth, 8);
+  EXPECT_EQ(image.rgb8.size(), 600u * 400u * 3u);
+  EXPECT_TRUE(image.rgb16.empty());
+  // Reference values from ImageMagick (PNG is lossless, so they are exact).
+  EXPECT_EQ(pixel(image, 0, 0), (Rgb{21, 13, 8}));
+  EXPECT_EQ(pixel(image, 123, 45), (Rgb{167, 64, 20}));
+  EXPECT_EQ(pixel(image, 599, 399), (Rgb{143, 60, 29}));
+}
+
+TEST(ImageIo, ProbesHeaders) {
+  const ImageInfo png = kmseg::probeImage(sourcePath("samples/coffee.png"));
+  EXPECT_EQ(png.width, 600);
+  EXPECT_EQ(png.height, 400);
+  EXPECT_EQ(png.channels, 3);
+  EXPECT_EQ(png.bitDepth, 8);
+  EXPECT_EQ(png.orientation, 1);
+  EXPECT_EQ(png.format, "png");
+
+  const ImageInfo jpeg = kmseg::probeImage(sourcePath("samples/grace_hopper.jpg"));
+  EXPECT_EQ(jpeg.width, 512);
+  EXPECT_EQ(jpeg.height, 600);
+  EXPECT_EQ(jpeg.channels, 3);
+  EXPECT_EQ(jpeg.format, "jpeg");
+  EXPECT_EQ(jpeg.orientation, 1);
+
+  const ImageInfo rotated = kmseg::probeImage(sourcePath("tests/data/orientation_6.jpg"));
+  EXPECT_EQ(rotated.width, 6);  // stored size
+  EXPECT_EQ(rotated.height, 4);
+  EXPECT_EQ(rotated.orientation, 6);
+  EXPECT_EQ(rotated.uprightWidth(), 4);
+  EXPECT_EQ(rotated.uprightHeight(), 6);
+}
+
+TEST(ImageIo, LoadsGraceHopperJpeg) {
+  const Image image = kmseg::loadImage(sourcePath("samples/grace_hopper.jpg"));
+  ASSERT_EQ(image.width, 512);
+  ASSERT_EQ(image.height, 600);
+  EXPECT_EQ(image.bitDepth, 8);
+  // stb_image and libjpeg (ImageMagick's reference) differ in IDCT and chroma upsampling, so
+  // compare channel means and a few pixels with a tolerance.
+  double sum[3] = {0, 0, 0};
+  for (std::size_t i = 0; i < image.pixelCount(); ++i)
+    for (int c = 0; c < 3; ++c) sum[c] += image.sample(i, c);
+  const double reference[3] = {82.4845, 72.4301, 86.4244};
+  for (int c = 0; c < 3; ++c) EXPECT_NEAR(sum[c] / image.pixelCount(), reference[c], 0.5);
+  const auto near = [&](int x, int y, Rgb expected) {
+    const Rgb got = pixel(image, x, y);
+    for (int c = 0; c < 3; ++c) EXPECT_NEAR(got[c], expected[c], 12) << x << "," << y;
+  };
+  near(0, 0, {21, 24, 77});
+  near(256, 300, {216, 136, 103});
+  near(511, 599, {14, 13, 19});
+}
+
+TEST(ImageIo, LoadsEverySampleAtItsProbedSize) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(sourcePath("samples"))) {
+    const std::string ext = entry.path().extension().string();
+    if (ext != ".jpg" && ext != ".png") continue;
+    const ImageInfo info = kmseg::probeImage(entry.path());
+    const Image image = kmseg::loadImage(entry.path());
+    EXPECT_EQ(image.width, info.uprightWidth()) << entry.path();
+    EXPECT_EQ(image.height, info.uprightHeight()) << entry.path();
+    EXPECT_EQ(image.rgb8.size(), image.pixelCount() * 3) << entry.path();
+    ++count;
+  }
+  EXPECT_GE(count, 5);
+}
+
+// tests/data/{rgb16,grey8,grey16,rgba8}.png were made with ImageMagick from PPM/PGM/PAM text
+// with the sample values the tests expect.
+TEST(ImageIo, Keeps16BitSamples) {
+  const fs::path path = sourcePath("tests/data/rgb16.png");
+  const ImageInfo info = kmseg::probeImage(path);
+  EXPECT_EQ(info.bitDepth, 16);
+  EXPECT_EQ(info.channels, 3);
+  const Image image = kmseg::loadImage(path);
+  ASSERT_EQ(image.width, 2);
+  ASSERT_EQ(image.height, 2);
+  EXPECT_EQ(image.bitDepth, 16);
+  EXPECT_TRUE(image.rgb8.empty());
+  EXPECT_EQ(image.rgb16, (std::vector<std::uint16_t>{0, 1000, 65535, 40000, 257, 12345, 65535,
+                                                     65535, 65535, 1, 2, 3}));
+  EXPECT_EQ(image.maxValue(), 65535.0);
+}
+
+TEST(ImageIo, ExpandsGreyToRgb) {
+  const fs::path path = sourcePath("tests/data/grey8.png");
+  EXPECT_EQ(kmseg::probeImage(path).channels, 1);
+  const Image image = kmseg::loadImage(path);
+  ASSERT_EQ(image.width, 3);
+  ASSERT_EQ(image.height, 2);
+  EXPECT_EQ(image.bitDepth, 8);
+  const int grey[6] = {0, 50, 100, 150, 200, 255};
+  for (std::size_t i = 0; i < 6; ++i)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(image.sample(i, c), grey[i]) << i << "," << c;
+}
+
+TEST(ImageIo, ExpandsGrey16ToRgb16) {
+  const Image image = kmseg::loadImage(sourcePath("tests/data/grey16.png"));
+  ASSERT_EQ(image.width, 2);
+  ASSERT_EQ(image.height, 1);
+  EXPECT_EQ(image.bitDepth, 16);
+  EXPECT_EQ(image.rgb16, (std::vector<std::uint16_t>{300, 300, 300, 65000, 65000, 65000}));
+}
+
+TEST(ImageIo, DropsAlpha) {
+  const fs::path path = sourcePath("tests/data/rgba8.png");
+  EXPECT_EQ(kmseg::probeImage(path).channels, 4);
+  const Image image = kmseg::loadImage(path);
+  ASSERT_EQ(image.width, 2);
+  ASSERT_EQ(image.height, 1);
+  // Colours are kept as stored, whatever the alpha (0 and 128 here): no premultiplication.
+  EXPECT_EQ(image.rgb8, (std::vector<std::uint8_t>{10, 20, 30, 200, 100, 50}));
+}
+
+TEST(ImageIo, LoadsJpegWithBytesAfterTheEndMarker) {
+  const fs::path dir = freshTempDir("image-io-trailing");
+  std::vector<char> bytes = readBytes(sourcePath("samples/grace_hopper.jpg"));
+  bytes.insert(bytes.end(), {'\xFF', '\xD8', 't', 'r', 'a', 'i', 'l', 'e', 'r'});
+  const Image image = kmseg::loadImage(writeBytes(dir / "trailing.jpg", bytes));
+  const Image original = kmseg::loadImage(sourcePath("samples/grace_hopper.jpg"));
+  EXPECT_EQ(image.width, original.width);
+  EXPECT_EQ(image.rgb8, original.rgb8);
+}
+
+TEST(ImageIo, PixelLimitIsCheckedFromTheHeader) {
+  const fs::path path = sourcePath("samples/coffee.png");
+  LoadOptions options;
+  options.maxPixels = 1000;
+  const std::string message = messageOf<InvalidArgument>(path, options);
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("600 x 400"), std::string::npos) << message;
+  EXPECT_NE(message.find("240000 pixels"), std::string::npos) << message;
+  EXPECT_NE(message.find("limit of 1000 pixels"), std::string::npos) << message;
+
+  options.maxPixels = 600 * 400;  // exactly at the limit is allowed
+  EXPECT_EQ(kmseg::loadImage(path, options).pixelCount(), 600u * 400u);
+}
+
+TEST(ImageIo, HugeHeaderIsRefusedBeforeDecoding) {
+  // 30000 x 30000 pixels declared by a 45-byte file: decoding would need 2.7 GB.
+  const fs::path dir = freshTempDir("image-io-huge");
+  const fs::path path = pngHeaderOnly(dir / "huge.png", 30000, 30000);
+  const ImageInfo info = kmseg::probeImage(path);
+  EXPECT_EQ(info.width, 30000);
+  EXPECT_EQ(info.height, 30000);
+
+  std::string message = messageOf<InvalidArgument>(path);
+  EXPECT_NE(message.find("900000000 pixels"), std::string::npos) << message;
+  EXPECT_NE(message.find("limit of 200000000 pixels"), std::string::npos) << message;
+
+  LoadOptions noPixelLimit;
+  noPixelLimit.maxPixels = std::numeric_limits<std::uint64_t>::max();
+  message = messageOf<InvalidArgument>(path, noPixelLimit);
+  EXPECT_NE(message.find("2700000000 bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("limit of 2147483647 bytes"), std::string::npos) << message;
+}
+
+class ImageOrientation : public testing::TestWithParam<int> {};
+
+// tests/data/orientation_N.jpg all store the same 6 x 4 picture: red top-left quadrant, green
+// top-right, blue bottom-left, white bottom-right; only their EXIF orientation tag differs. They
+// were made once with ImageMagick (-quality 100 -sampling-factor 1x1, so the colours survive)
+// plus an EXIF APP1 segment holding only the orientation tag, written with libexif;
+// orientation_6.jpg has big-endian (Motorola) EXIF, the others little-endian.
+TEST_P(ImageOrientation, JpegIsTurnedUpright) {
+  const int orientation = GetParam();
+  const fs::path path =
+      sourcePath("tests/data/orientation_" + std::to_string(orientation) + ".jpg");
+  EXPECT_EQ(kmseg::probeImage(path).orientation, orientation);
+
+  const Image image = kmseg::loadImage(path);
+  const bool swapped = orientation >= 5;
+  ASSERT_EQ(image.width, swapped ? 4 : 6);
+  ASSERT_EQ(image.height, swapped ? 6 : 4);
+
+  const Rgb red{255, 0, 0}, green{0, 255, 0}, blue{0, 0, 255}, white{255, 255, 255};
+  // Expected upright corners (top-left, top-right, bottom-left, bottom-right); these agree with
+  // ImageMagick's -auto-orient on the same files.
+  const std::array<std::array<Rgb, 4>, 9> corners = {{
+      {},
+      {red, green, blue, white},  // 1: as stored
+      {green, red, white, blue},  // 2: mirrored left-right
+      {white, blue, green, red},  // 3: rotated 180
+      {blue, white, red, green},  // 4: mirrored top-bottom
+      {red, blue, green, white},  // 5: transposed
+      {blue, red, white, green},  // 6: rotated 90 clockwise
+      {white, green, blue, red},  // 7: transposed across the anti-diagonal
+      {green, white, red, blue},  // 8: rotated 90 counter-clockwise
+  }};
+  const int w = image.width - 1, h = image.height - 1;
+  const Rgb got[4] = {pixel(image, 0, 0), pixel(image, w, 0), pixel(image, 0, h),
+                      pixel(image, w, h)};
+  for (int k = 0; k < 4; ++k)
+    for (int c = 0; c < 3; ++c)
+      EXPECT_NEAR(got[k][c], corners[orientation][k][c], 8) << "corner " << k << " channel " << c;
+
+  LoadOptions asStored;
+  asStored.applyExifOrientation = false;
+  const Image stored = kmseg::loadImage(path, asStored);
+  EXPECT_EQ(stored.width, 6);
+  EXPECT_EQ(stored.height, 4);
+  EXPECT_NEAR(pixel(stored, 0, 0)[0], 255, 8);
+  EXPECT_NEAR(pixel(stored, 0, 0)[1], 0, 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(ImageExifTags, ImageOrientation, testing::Range(1, 9));
+
+// Source pixel (sx, sy) that upright pixel (x, y) shows, for a stored w x h image; written out
+// from the EXIF definitions independently of the implementation.
+std::array<int, 2> sourceOf(int orientation, int x, int y, int w, int h) {
+  switch (orientation) {
+    case 2:
+      return {w - 1 - x, y};
+    case 3:
+      return {w - 1 - x, h - 1 - y};
+    case 4:
+      return {x, h - 1 - y};
+    case 5:
+      return {y, x};
+    case 6:
+      return {y, h - 1 - x};
+    case 7:
+      return {w - 1 - y, h - 1 - x};
+    case 8:
+      return {w - 1 - y, x};
+    default:
+      return {x, y};
+  }
+}
+
+TEST(ImageOrientationApply, MatchesTheExifDefinitionFor8And16Bit) {
+  const int w = 5, h = 3;
+  for (int depth : {8, 16}) {
+    for (int orientation = 1; orientation <= 8; ++orientation) {
+      Image image;
+      image.width = w;
+      image.height = h;
+      image.bitDepth = depth;
+      for (int i = 0; i < w * h * 3; ++i) {
+        if (depth == 8)
+          image.rgb8.push_back(std::uint8_t(i));
+        else
+          image.rgb16.push_back(std::uint16_t(1000 * i + 7));
+      }
+      const Image stored = image;
+      kmseg::applyOrientation(image, orientation);
+      const bool swapped = orientation >= 5;
+      ASSERT_EQ(image.width, swapped ? h : w);
+      ASSERT_EQ(image.height, swapped ? w : h);
+      for (int y = 0; y < image.height; ++y)
+        for (int x = 0; x < image.width; ++x) {
+          const auto [sx, sy] = sourceOf(orientation, x, y, w, h);
+          EXPECT_EQ(pixel(image, x, y), pixel(stored, sx, sy))
+              << "orientation " << orientation << " depth " << depth << " at " << x << "," << y;
+        }
+    }
+  }
+}
+
+TEST(ImageOrientationApply, RejectsValuesOutside1To8) {
+  Image image;
+  image.width = 1;
+  image.height = 1;
+  image.rgb8 = {1, 2, 3};
+  EXPECT_THROW(kmseg::applyOrientation(image, 0), InvalidArgument);
+  EXPECT_THROW(kmseg::applyOrientation(image, 9), InvalidArgument);
+  image.rgb8.pop_back();
+  EXPECT_THROW(kmseg::applyOrientation(image, 6), InvalidArgument);
+}
+
+TEST(ImageIoError, MissingFile) {
+  const fs::path path = freshTempDir("image-io-missing") / "nothing.png";
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+  EXPECT_THROW(kmseg::probeImage(path), IoError);
+}
+
+TEST(ImageIoError, Directory) {
+  const fs::path path = freshTempDir("image-io-directory");
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("is a directory"), std::string::npos) << message;
+}
+
+TEST(ImageIoError, NotARegularFile) {
+  const std::string message = messageOf<IoError>("/dev/null");
+  EXPECT_NE(message.find("'/dev/null' is not a regular file"), std::string::npos) << message;
+}
+
+TEST(ImageIoError, EmptyFile) {
+  const fs::path path = writeBytes(freshTempDir("image-io-empty") / "empty.jpg", {});
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("is empty"), std::string::npos) << message;
+  EXPECT_THROW(kmseg::probeImage(path), IoError);
+}
+
+TEST(ImageIoError, TextFileNamedPng) {
+  const std::string text = "this is not an image\n";
+  const fs::path path =
+      writeBytes(freshTempDir("image-io-text") / "text.png", {text.begin(), text.end()});
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("not an image in a supported format"), std::string::npos) << message;
+  EXPECT_NE(message.find("stb_image: unknown image type"), std::string::npos) << message;
+  EXPECT_THROW(kmseg::probeImage(path), IoError);
+}
+
+TEST(ImageIoError, TruncatedJpeg) {
+  const fs::path dir = freshTempDir("image-io-truncated-jpeg");
+  const std::size_t size = fs::file_size(sourcePath("samples/grace_hopper.jpg"));
+  for (std::size_t keep : {size / 2, size - 2, size - 1}) {
+    const fs::path path = truncatedCopy(dir, "samples/grace_hopper.jpg", keep);
+    // The header is intact, so the file probes fine; only decoding refuses it.
+    EXPECT_EQ(kmseg::probeImage(path).width, 512);
+    const std::string message = messageOf<IoError>(path);
+    EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("is truncated"), std::string::npos) << keep << ": " << message;
+  }
+}
+
+TEST(ImageIoError, TruncatedProgressiveJpeg) {
+  const fs::path dir = freshTempDir("image-io-truncated-progressive");
+  const std::size_t size = fs::file_size(sourcePath("samples/citrus-fruits.jpg"));
+  const fs::path path = truncatedCopy(dir, "samples/citrus-fruits.jpg", size / 2);
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find("is truncated"), std::string::npos) << message;
+}
+
+TEST(ImageIoError, TruncatedPng) {
+  const fs::path dir = freshTempDir("image-io-truncated-png");
+  const std::size_t size = fs::file_size(sourcePath("samples/coffee.png"));
+  // Half the file; and a cut inside the final IEND chunk, which stb_image alone would accept.
+  for (std::size_t keep : {size / 2, size - 2}) {
+    const fs::path path = truncatedCopy(dir, "samples/coffee.png", keep);
+    const std::string message = messageOf<IoError>(path);
+    EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("is truncated"), std::string::npos) << keep << ": " << message;
+  }
+}
+
+TEST(ImageIoError, CorruptPngData) {
+  std::vector<char> bytes = readBytes(sourcePath("tests/data/grey8.png"));
+  const std::string idat = "IDAT";
+  const auto at = std::search(bytes.begin(), bytes.end(), idat.begin(), idat.end());
+  ASSERT_NE(at, bytes.end());
+  at[4] = '\x78';  // a zlib header whose check bits are wrong
+  at[5] = '\x00';
+  const fs::path path = writeBytes(freshTempDir("image-io-corrupt") / "corrupt.png", bytes);
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find("cannot decode image file '" + path.string() + "'"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("zlib"), std::string::npos) << message;
+}
+
+TEST(ImageIoError, UnreadableFile) {
+  const fs::path dir = freshTempDir("image-io-unreadable");
+  const fs::path path = dir / "coffee.png";
+  fs::copy_file(sourcePath("samples/coffee.png"), path);
+  fs::permissions(path, fs::perms::none);
+  if (std::ifstream(path).good()) GTEST_SKIP() << "running with rights that ignore permissions";
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find("cannot open image file '" + path.string() + "'"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
+}
+
+}  // namespace
