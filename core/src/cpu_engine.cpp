@@ -4,6 +4,7 @@
 // formulas of distance.h and the rules of lloyd_rules.h that the CUDA engine shares.
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -45,6 +46,16 @@ std::size_t blockCount(std::size_t n, std::size_t k, std::size_t d) {
   const std::size_t byMemory = std::max<std::size_t>(1, (std::size_t(1) << 24) / (k * d));
   return std::max<std::size_t>(1,
                                std::min({(n + kMinBlock - 1) / kMinBlock, kMaxBlocks, byMemory}));
+}
+
+// The float nearest above / below a non-negative double: bounds kept in float stay valid.
+inline float floatAbove(double v) {
+  const float f = float(v);
+  return double(f) < v ? std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) + 1u) : f;
+}
+inline float floatBelow(double v) {
+  const float f = float(v);
+  return double(f) > v ? std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) - 1u) : f;
 }
 
 // Pairwise (tree) sum of v[lo..hi) in T, split at the midpoint: a fixed order.
@@ -137,7 +148,7 @@ struct Lloyd {
       bounded = params.useBounds;
       if (bounded) {
         upper.assign(n, INFINITY);
-        lower.assign(n, 0.0);
+        lower.assign(n, 0.0f);
         prevCl.assign(k * d, ML::from(0.0));
         delta.assign(k, INFINITY);
         // E = 2 gamma_{D+2} (||x||^2 + ||c||^2) bounds the error of the expanded formula; 1.01
@@ -253,8 +264,8 @@ struct Lloyd {
         u = std::sqrt(std::max(0.0, da + e)) * kUp;
       }
       if (provablyKept(u, l)) {
-        upper[i] = u;
-        lower[i] = l;
+        upper[i] = floatAbove(u);
+        lower[i] = floatBelow(l);
         return label;
       }
     }
@@ -264,8 +275,8 @@ struct Lloyd {
     double best = ML::toDouble(dots[std::size_t(a)]), second = INFINITY;
     for (std::size_t j = 0; j < k; ++j)
       if (int(j) != a) second = std::min(second, ML::toDouble(dots[j]));
-    upper[i] = std::sqrt(std::max(0.0, best + e)) * kUp;
-    lower[i] = k == 1 ? INFINITY : std::sqrt(std::max(0.0, second - e)) * kDown;
+    upper[i] = floatAbove(std::sqrt(std::max(0.0, best + e)) * kUp);
+    lower[i] = k == 1 ? INFINITY : floatBelow(std::sqrt(std::max(0.0, second - e)) * kDown);
     return a;
   }
 
@@ -292,14 +303,18 @@ struct Lloyd {
         } else {
           nl = assignOne<DT>(i, fallbacks, dots.data(), dist.data());
         }
-        changed += nl != label;
-        labels[i] = label = nl;
+        if (nl != label) {  // no store for the (many) unchanged labels
+          ++changed;
+          labels[i] = label = nl;
+        }
       }
-      // Kahan summation in W: a fixed order within the block.
-      const WT* xr = xw.data() + i * d;
-      WT* s = sum + std::size_t(label) * d;
-      WT* c = comp + std::size_t(label) * d;
-      for (std::size_t q = 0; q < d; ++q) {
+      // Kahan summation in W: a fixed order within the block (D known at compile time for
+      // the image case, so the D lanes vectorise).
+      const std::size_t dd = DT > 0 ? std::size_t(DT) : d;
+      const WT* xr = xw.data() + i * dd;
+      WT* s = sum + std::size_t(label) * dd;
+      WT* c = comp + std::size_t(label) * dd;
+      for (std::size_t q = 0; q < dd; ++q) {
         const WT y = xr[q] - c[q];
         const WT t = s[q] + y;
         c[q] = (t - s[q]) - y;
@@ -394,7 +409,7 @@ struct Lloyd {
       labels[p] = std::int32_t(j);
       if (bounded) {
         upper[std::size_t(p)] = INFINITY;
-        lower[std::size_t(p)] = 0.0;
+        lower[std::size_t(p)] = 0.0f;
       }
       counts[j] = 1;
       picked.push_back(p);

@@ -12,6 +12,8 @@ namespace kmseg {
 
 namespace {
 
+__extension__ typedef unsigned __int128 Uint128;  // GCC/Clang extension; exact 64x64 product
+
 // SplitMix64: a tiny generator whose output is fully specified, so a seed gives the same
 // centres on every platform (std:: distributions are implementation-defined).
 class SplitMix64 {
@@ -25,12 +27,12 @@ class SplitMix64 {
   }
   /// Uniform in [0, n), n >= 1, without bias (Lemire's multiply-and-reject).
   std::uint64_t below(std::uint64_t n) {
-    unsigned __int128 m = (unsigned __int128)next() * n;
+    Uint128 m = (Uint128)next() * n;
     auto low = std::uint64_t(m);
     if (low < n) {
       const std::uint64_t threshold = (0 - n) % n;
       while (low < threshold) {
-        m = (unsigned __int128)next() * n;
+        m = (Uint128)next() * n;
         low = std::uint64_t(m);
       }
     }

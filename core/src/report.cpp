@@ -208,7 +208,7 @@ std::string reportCsv(const Report& report) {
   constexpr std::string_view kEol = "\r\n";
   std::string out =
       "mode,iterations,stop,seconds,sse,diff_percent,ari,ami,fallback_percent,"
-      "empty_cluster_events,backend";
+      "empty_cluster_events,backend,reference";
   out += kEol;
   for (const ModeReport& run : report.runs) {
     const KMeansResult& r = *run.result;
@@ -223,7 +223,8 @@ std::string reportCsv(const Report& report) {
                                   c ? csvNumber(c->ami) : std::string(),
                                   csvNumber(100.0 * r.fallbackRatio()),
                                   std::to_string(r.emptyClusterEvents),
-                                  csvField(r.backend)};
+                                  csvField(r.backend),
+                                  run.isReference ? "true" : "false"};
     bool first = true;
     for (const std::string& f : fields) {
       if (!first) out += ',';

@@ -1,12 +1,18 @@
 // SPDX-License-Identifier: MIT
-// Device discovery and registration of the CUDA engine with core's factory.
+// Device discovery, the CUDA engine (input checks and dispatch to the per-precision runs) and
+// its registration with core's factory.
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "cuda_check.cuh"
 #include "kmseg/cuda_engine.h"
 #include "kmseg/engine.h"
+#include "kmseg/error.h"
+#include "lloyd_run.h"
 
 namespace kmseg {
 
@@ -17,13 +23,72 @@ std::string describe(const char* call, cudaError_t e) {
          ")";
 }
 
-// The factory core's makeEngine() calls. The Lloyd kernels are not part of this build yet, so
-// even with a device it declines and says so; makeEngine(Auto) then uses the CPU engine.
-std::unique_ptr<KMeansEngine> makeCudaEngine(std::string& whyNot) {
+// Checks everything that can be checked before a kernel runs; throws InvalidArgument/DataError.
+void checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& params) {
+  if (data.empty()) throw InvalidArgument("the feature matrix is empty");
+  validate(params, data.rows);
+  if (params.k > kCudaMaxClusters)
+    throw InvalidArgument("K = " + std::to_string(params.k) +
+                          " exceeds the CUDA engine's limit of " +
+                          std::to_string(kCudaMaxClusters) + " clusters");
+  if (data.cols > std::size_t(kCudaMaxFeatures))
+    throw InvalidArgument("D = " + std::to_string(data.cols) +
+                          " features exceed the CUDA engine's limit of " +
+                          std::to_string(kCudaMaxFeatures));
+  if (data.rows >= (std::size_t(1) << 31))
+    throw InvalidArgument("N = " + std::to_string(data.rows) +
+                          " samples exceed the CUDA engine's limit of 2^31 - 1");
+  if (init.rows != std::size_t(params.k) || init.cols != data.cols)
+    throw InvalidArgument(
+        "initial centres are " + std::to_string(init.rows) + " x " + std::to_string(init.cols) +
+        ", expected K x D = " + std::to_string(params.k) + " x " + std::to_string(data.cols));
+  checkFinite(data, "the feature matrix");
+  checkFinite(init, "the initial centres");
+}
+
+class CudaEngine final : public KMeansEngine {
+ public:
+  explicit CudaEngine(CudaDeviceInfo info) : info_(std::move(info)) {}
+
+  std::string description() const override { return info_.name + " (CUDA)"; }
+
+  KMeansResult run(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
+                   const RunControl& control) override {
+    checkInputs(data, initialCentres, params);
+    KMSEG_CUDA_CHECK(cudaSetDevice(info_.index));
+    const cuda::RunInputs in{data, initialCentres, params,
+                             resolveWorking(params.mode, params.working)};
+    KMeansResult r = makeRun(in)->run(control);
+    r.backend = description();
+    return r;
+  }
+
+  static std::unique_ptr<cuda::LloydRun> makeRun(const cuda::RunInputs& in) {
+    switch (lowPrecision(in.params.mode)) {
+      case Precision::Fp64:
+        return cuda::makeLloydRun<Precision::Fp64>(in);
+      case Precision::Fp32:
+        return cuda::makeLloydRun<Precision::Fp32>(in);
+      case Precision::Fp16:
+        return cuda::makeLloydRun<Precision::Fp16>(in);
+      case Precision::Bf16:
+        return cuda::makeLloydRun<Precision::Bf16>(in);
+      case Precision::None:
+        break;
+    }
+    throw InvalidArgument("mode " + std::string(modeName(in.params.mode)) +
+                          " has no low precision the CUDA engine can run");
+  }
+
+ private:
+  CudaDeviceInfo info_;
+};
+
+// The factory core's makeEngine() calls: the CUDA engine on the first device, or null and why.
+std::unique_ptr<KMeansEngine> cudaFactory(std::string& whyNot) {
   const auto devices = cudaDevices(&whyNot);
   if (devices.empty()) return nullptr;
-  whyNot = "found " + devices.front().name + ", but this build has no CUDA Lloyd kernels yet";
-  return nullptr;
+  return std::make_unique<CudaEngine>(devices.front());
 }
 
 }  // namespace
@@ -48,6 +113,59 @@ std::vector<CudaDeviceInfo> cudaDevices(std::string* whyNot) {
   return out;
 }
 
-void registerCudaEngine() { registerGpuEngineFactory(&makeCudaEngine); }
+void registerCudaEngine() {
+  registerGpuEngineFactory(&cudaFactory);
+}
+
+std::unique_ptr<KMeansEngine> makeCudaEngine() {
+  std::string why;
+  auto engine = cudaFactory(why);
+  if (!engine) throw BackendError("the CUDA backend is not available: " + why);
+  return engine;
+}
+
+CudaTiming timeCudaRun(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
+                       int repeats) {
+  checkInputs(data, initialCentres, params);
+  if (repeats < 1) throw InvalidArgument("repeats must be >= 1");
+  std::string why;
+  const auto devices = cudaDevices(&why);
+  if (devices.empty()) throw BackendError("the CUDA backend is not available: " + why);
+  KMSEG_CUDA_CHECK(cudaSetDevice(devices.front().index));
+  const cuda::RunInputs in{data, initialCentres, params,
+                           resolveWorking(params.mode, params.working)};
+  const cuda::RunTiming t = CudaEngine::makeRun(in)->time(repeats);
+  CudaTiming out;
+  out.msFullRun = t.msFullRun;
+  out.iterations = t.iterations;
+  out.msPerIteration = t.iterations > 0 ? t.msFullRun / t.iterations : 0.0;
+  out.bytesPerIteration = t.bytesPerIteration;
+  out.flopsPerIteration = t.flopsPerIteration;
+  out.deviceBytes = t.deviceBytes;
+  out.minimalBytes = t.minimalBytes;
+  return out;
+}
+
+double measureCudaCopyBandwidth(std::size_t bytes) {
+  std::string why;
+  const auto devices = cudaDevices(&why);
+  if (devices.empty()) throw BackendError("the CUDA backend is not available: " + why);
+  KMSEG_CUDA_CHECK(cudaSetDevice(devices.front().index));
+  cuda::DeviceBuffer<unsigned char> a(bytes, "the bandwidth source"),
+      b(bytes, "the bandwidth target");
+  cuda::Stream s;
+  cuda::Event t0, t1;
+  KMSEG_CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, s.get()));
+  std::vector<float> ms;
+  for (int rep = -2; rep < 10; ++rep) {
+    t0.record(s.get());
+    KMSEG_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s.get()));
+    t1.record(s.get());
+    KMSEG_CUDA_CHECK(cudaEventSynchronize(t1.get()));
+    if (rep >= 0) ms.push_back(t1.since(t0));
+  }
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * double(bytes) / (1e-3 * ms[ms.size() / 2]);
+}
 
 }  // namespace kmseg

@@ -219,7 +219,7 @@ TEST(ReportTest, CsvHasHeaderAndOneRowPerMode) {
   const std::vector<std::string> header = {
       "mode",         "iterations", "stop", "seconds",          "sse",
       "diff_percent", "ari",        "ami",  "fallback_percent", "empty_cluster_events",
-      "backend"};
+      "backend",      "reference"};
   EXPECT_EQ(fields(rows[0]), header);
 
   const auto ref = fields(rows[1]);
@@ -229,6 +229,7 @@ TEST(ReportTest, CsvHasHeaderAndOneRowPerMode) {
   EXPECT_EQ(ref[2], "converged");
   EXPECT_EQ(ref[5], "");  // the reference has no comparison
   EXPECT_EQ(ref[8], "0");
+  EXPECT_EQ(ref[11], "true");  // the fp64 reference row is marked as such
 
   const auto run = fields(rows[2]);
   ASSERT_EQ(run.size(), header.size());
@@ -242,6 +243,7 @@ TEST(ReportTest, CsvHasHeaderAndOneRowPerMode) {
   EXPECT_EQ(std::stod(run[8]), 25.0);
   EXPECT_EQ(run[9], "2");
   EXPECT_EQ(run[10], "GPU, \"H200\"");
+  EXPECT_EQ(run[11], "false");
   // The raw record quotes the field and doubles its quotes.
   EXPECT_NE(rows[2].find(",\"GPU, \"\"H200\"\"\""), std::string::npos) << rows[2];
 }
@@ -250,7 +252,7 @@ TEST(ReportTest, CsvQuotesLineBreaks) {
   Fixture f;
   f.mixed.backend = "line1\nline2";
   const std::string csv = kmseg::reportCsv(f.report);
-  EXPECT_NE(csv.find(",\"line1\nline2\"\r\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",\"line1\nline2\",false\r\n"), std::string::npos) << csv;
 }
 
 TEST(ReportTest, EmptyReportAndMissingResult) {

@@ -43,8 +43,9 @@ struct Report {
 /// when a run has no result.
 std::string reportJson(const Report& report);
 /// One CSV line per mode: mode, iterations, stop, seconds, sse, diff %, ari, ami, fallback %,
-/// empty-cluster events, backend, after a header line. Fields are quoted where needed and
-/// records end in CRLF (RFC 4180); NaN and the reference's comparison fields are empty.
+/// empty-cluster events, backend, reference (true for the fp64 reference run), after a header
+/// line. Fields are quoted where needed and records end in CRLF (RFC 4180); NaN and the
+/// reference's comparison fields are empty.
 std::string reportCsv(const Report& report);
 
 }  // namespace kmseg

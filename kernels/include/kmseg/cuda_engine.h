@@ -3,8 +3,14 @@
 
 // The CUDA side of kmseg, as plain C++: no CUDA header is needed to include this.
 
+#include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "kmseg/engine.h"
+#include "kmseg/kmeans.h"
+#include "kmseg/matrix.h"
 
 namespace kmseg {
 
@@ -24,5 +30,32 @@ std::vector<CudaDeviceInfo> cudaDevices(std::string* whyNot = nullptr);
 
 /// Registers the CUDA engine factory with core's makeEngine(). Safe to call more than once.
 void registerCudaEngine();
+
+/// Largest K and D the CUDA engine accepts.
+inline constexpr int kCudaMaxClusters = 1024;
+inline constexpr int kCudaMaxFeatures = 128;
+
+/// The CUDA engine on device 0. Throws BackendError when no device answers.
+std::unique_ptr<KMeansEngine> makeCudaEngine();
+
+/// Device timing of one mode's Lloyd loop (CUDA events around the whole device-resident loop,
+/// median of `repeats` launches after one warm-up).
+struct CudaTiming {
+  double msFullRun = 0;          ///< median device time of one run
+  int iterations = 0;            ///< iterations of that run
+  double msPerIteration = 0;     ///< msFullRun / iterations
+  double bytesPerIteration = 0;  ///< bytes the assignment pass must move per iteration
+  double flopsPerIteration = 0;  ///< flops of the expanded distances per iteration
+  std::size_t deviceBytes = 0;   ///< device memory the run allocated
+  std::size_t minimalBytes = 0;  ///< features in W + low-precision copy + labels
+};
+
+/// Times `params.mode` on `data` from `initialCentres` on device 0. Throws as KMeansEngine::run.
+CudaTiming timeCudaRun(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
+                       int repeats);
+
+/// Device-to-device copy bandwidth of device 0 in bytes per second, counting read + write
+/// (median of several copies of `bytes`).
+double measureCudaCopyBandwidth(std::size_t bytes = std::size_t(1) << 30);
 
 }  // namespace kmseg

@@ -1,0 +1,969 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// The CUDA Lloyd loop, written once for every mode (nvcc only). Template parameters:
+//   LowT   device type of the expanded-formula distance (double, float, __half, __nv_bfloat16)
+//   HighT  device type of the direct-formula fallback, void for the uniform modes
+//   WT     working precision of the data and the centroid update (float or double)
+//   LabelT compact label type: uint8_t for K <= 256, uint16_t otherwise
+//   DT     compile-time feature count (5, the image case) or 0 for any D in [1, kMaxD]
+//
+// One iteration is one pass of the graph's loop body:
+//   assignKernel  -> labels, changed / fallback / 2-cycle counts, per-block centroid partials
+//   reduceKernel  -> per-cluster sums and counts (fixed-order tree over the block partials)
+//   reseedKernel  -> empty-cluster re-seeding (sets the IF condition when it moved a point)
+//   IF { assignKernel (sums only), reduceKernel }
+//   updateKernel  -> new centres, shift, stop test, next iteration's low/high centre copies
+//   [sseKernel -> publishKernel]  when the trace wants the SSE
+// The last kernel of the body writes the iteration's trace entry to device memory and to
+// pinned mapped host memory, reads the cancel flag from mapped memory and sets the WHILE
+// condition. Determinism: the sums use no floating-point atomics (see each kernel's comment);
+// integer counts use integer atomics, which are exact in any order.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "cuda_check.cuh"
+#include "device_math.cuh"
+#include "kmseg/distance.h"
+#include "kmseg/engine.h"
+#include "kmseg/error.h"
+#include "kmseg/lloyd_rules.h"
+#include "kmseg/mode.h"
+#include "lloyd_run.h"
+
+namespace kmseg::cuda {
+
+inline constexpr int kMaxK = 1024;
+inline constexpr int kMaxD = 128;
+inline constexpr int kAssignThreads = 256;
+inline constexpr int kWarps = kAssignThreads / 32;
+inline constexpr int kReduceThreads = 256;
+inline constexpr int kOneBlockThreads = 1024;
+// Dynamic shared memory the assignment kernel may use without opting in (48 KiB) less room
+// for its static shared variables.
+inline constexpr std::size_t kSharedLimit = 47 * 1024;
+
+/// One iteration's record, as the device writes it.
+struct TraceEntry {
+  long long changed;
+  long long fallbacks;
+  long long empty;
+  double shift;
+  double sse;
+};
+
+/// Loop state in device memory; reset by the graph's first kernel.
+struct DeviceState {
+  unsigned long long changed;    // labels that differ from the previous iteration's
+  unsigned long long fallbacks;  // fallback evaluations of this iteration
+  unsigned long long cycleDiff;  // labels that differ from those two iterations earlier
+  long long empty;               // re-seeding events of this iteration
+  int iteration;                 // completed iterations
+  int stop;                      // 1 once the stop test said so
+  int reason;                    // StopReason
+  int cancelled;                 // 1 when the host's cancel flag ended the loop
+};
+
+/// Pinned mapped host memory shared with the running graph.
+struct Mapped {
+  int completed;  // iterations whose trace entry is in `trace` (device writes)
+  int cancel;     // host writes 1 to stop the loop at the next iteration's end
+};
+
+template <class LowT, class HighT, class WT, class LabelT>
+struct Args {
+  static constexpr bool kFallback = !std::is_void_v<HighT>;
+  using H = std::conditional_t<kFallback, HighT, double>;
+
+  const LowT* xl;          // N x D low-precision rows (== xw when LowT == WT)
+  const WT* xw;            // N x D working-precision rows
+  const double* x64;       // N x D original rows for the SSE (== xw when WT == double)
+  LabelT* labels;          // N labels, updated in place
+  LabelT* twoAgo;          // N labels of two iterations earlier, updated in place
+  WT* cw;                  // K x D centres in W
+  WT* cwNew;               // K x D scratch for the update
+  const WT* cInit;         // K x D initial centres in W
+  LowT* cl;                // K x D fl_low(c_W)
+  LowT* ccl;               // K ||c~||^2 in low precision
+  H* ch;                   // K x D centres in H (mixed modes)
+  H factor;                // reliability factor rho 2 gamma_{D+2}(u_low), in H
+  WT* partialSum;          // (K x D) x B block partials, element-major
+  unsigned* partialCount;  // K x B
+  WT* scratch;             // B x (2 K D) Kahan accumulators when they do not fit in shared memory
+  unsigned* scratchCount;  // B x K
+  WT* sums;                // K x D
+  long long* counts;       // K
+  double* ssePartial;      // B
+  DeviceState* state;
+  TraceEntry* trace;      // maxIterations entries (device)
+  TraceEntry* traceHost;  // maxIterations entries (mapped host memory)
+  Mapped* mapped;         // mapped host memory
+  long long n;
+  long long chunk;  // points per block of the assignment pass
+  int d, k, blocks, maxIterations;
+  int sharedAcc;      // 1: per-warp accumulators in shared memory; 0: scratch, warps in turn
+  int sharedCentres;  // 1: centres staged in shared memory
+  int traceSse, detectCycles;
+  double tolerance;
+  cudaGraphConditionalHandle whileHandle;
+  cudaGraphConditionalHandle ifHandle;
+};
+
+// ---- small device helpers ---------------------------------------------------------------------
+
+template <class T>
+using CompareT = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Block-wide sum of integer counters, added once per block to global memory (exact in any
+// order).
+__device__ inline void addBlockCount(unsigned v, unsigned long long* target) {
+  __shared__ unsigned total;
+  if (threadIdx.x == 0) total = 0;
+  __syncthreads();
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0 && v) atomicAdd(&total, v);
+  __syncthreads();
+  if (threadIdx.x == 0 && total) atomicAdd(target, (unsigned long long)total);
+}
+
+// Low and high copies of the centres and the low norms, from cw. Block-strided over K.
+template <class A>
+__device__ void prepareCentres(const A& a) {
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cl)>>;
+  using H = std::remove_cv_t<std::remove_pointer_t<decltype(a.ch)>>;
+  for (int j = threadIdx.x; j < a.k; j += blockDim.x) {
+    for (int q = 0; q < a.d; ++q) {
+      const auto w = a.cw[j * a.d + q];
+      a.cl[j * a.d + q] = convert<LowT>(w);
+      if (a.ch) a.ch[j * a.d + q] = convert<H>(w);
+    }
+    a.ccl[j] = squaredNorm<LowT>(a.cl + j * a.d, a.d);
+  }
+}
+
+// ---- kernels -----------------------------------------------------------------------------------
+
+/// out[i] = convert<ToT>(in[i]) for i < n: the low-precision copy of the data (one rounding).
+template <class ToT, class FromT>
+__global__ void convertKernel(const FromT* in, ToT* out, long long n) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = convert<ToT>(in[i]);
+}
+
+/// Resets the loop state and starts from the initial centres. One block.
+template <class A>
+__global__ void resetKernel(A a) {
+  if (threadIdx.x == 0) {
+    *a.state = DeviceState{};
+    a.mapped->completed = 0;
+  }
+  for (int e = threadIdx.x; e < a.k * a.d; e += blockDim.x) a.cw[e] = a.cInit[e];
+  __syncthreads();
+  prepareCentres(a);
+}
+
+/// Assignment and partial sums, one pass over the data (or, with assign = 0, the partial sums of
+/// the current labels only). Grid: a.blocks blocks of kAssignThreads; block b owns the
+/// contiguous points [b chunk, (b + 1) chunk) and walks them in tiles of kAssignThreads, one
+/// point per thread. Shared memory: the centres (when a.sharedCentres) and, when a.sharedAcc,
+/// one Kahan accumulator (sum, compensation, count) per warp.
+/// Determinism: each warp adds its 32 points to its accumulator in lane order (Kahan in W);
+/// at the end the block adds its warps' folded sums (sum - compensation) in warp order and
+/// writes them to partialSum[e * blocks + b]. Without shared accumulators the warps take turns
+/// on one accumulator in global scratch, in warp order. The order depends only on N, K, D.
+template <class LowT, class HighT, class WT, class LabelT, int DT>
+__global__ void __launch_bounds__(kAssignThreads)
+    assignKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
+  using A = Args<LowT, HighT, WT, LabelT>;
+  using H = typename A::H;
+  constexpr bool kFallback = A::kFallback;
+  constexpr int kDim = DT > 0 ? DT : kMaxD;
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  const int d = DT > 0 ? DT : a.d;
+  const int k = a.k;
+  const int kd = k * d;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int iteration = a.state->iteration + 1;
+  if (!assign && a.state->empty == 0) return;
+
+  // Shared layout: [acc sums kWarps x KD][acc comp kWarps x KD][counts kWarps x K]
+  //                [cl KD][ch KD][ccl K]
+  unsigned char* p = smem;
+  WT* accSum;
+  WT* accComp;
+  unsigned* accCount;
+  if (a.sharedAcc) {
+    accSum = reinterpret_cast<WT*>(p) + std::size_t(warp) * kd;
+    accComp = reinterpret_cast<WT*>(p) + std::size_t(kWarps) * kd + std::size_t(warp) * kd;
+    p += sizeof(WT) * 2 * kWarps * kd;
+    accCount = reinterpret_cast<unsigned*>(p) + warp * k;
+    p += sizeof(unsigned) * kWarps * k;
+    p = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(p) + 15) & ~15ull);
+  } else {
+    accSum = a.scratch + std::size_t(blockIdx.x) * 2 * kd;
+    accComp = accSum + kd;
+    accCount = a.scratchCount + std::size_t(blockIdx.x) * k;
+  }
+  const LowT* cl = a.cl;
+  const LowT* ccl = a.ccl;
+  const H* ch = a.ch;
+  if (assign && a.sharedCentres) {
+    H* sch = reinterpret_cast<H*>(p);
+    p += sizeof(H) * (kFallback ? kd : 0);
+    LowT* scl = reinterpret_cast<LowT*>(p);
+    p += sizeof(LowT) * kd;
+    LowT* sccl = reinterpret_cast<LowT*>(p);
+    for (int e = threadIdx.x; e < kd; e += blockDim.x) {
+      scl[e] = a.cl[e];
+      if constexpr (kFallback) sch[e] = a.ch[e];
+    }
+    for (int j = threadIdx.x; j < k; j += blockDim.x) sccl[j] = a.ccl[j];
+    cl = scl;
+    ccl = sccl;
+    if constexpr (kFallback) ch = sch;
+  }
+  {
+    WT* s = a.sharedAcc ? reinterpret_cast<WT*>(smem) : accSum;
+    const int total = a.sharedAcc ? 2 * kWarps * kd : 2 * kd;
+    for (int e = threadIdx.x; e < total; e += blockDim.x) s[e] = WT(0);
+    unsigned* c = a.sharedAcc ? accCount - warp * k : accCount;
+    const int totalC = a.sharedAcc ? kWarps * k : k;
+    for (int e = threadIdx.x; e < totalC; e += blockDim.x) c[e] = 0;
+  }
+  __syncthreads();
+
+  const long long begin = blockIdx.x * a.chunk;
+  const long long end = min(a.n, begin + a.chunk);
+  unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
+  for (long long tile = begin; tile < end; tile += kAssignThreads) {
+    const long long i = tile + threadIdx.x;
+    int label = -1;
+    if (i < end) {
+      if (assign) {
+        LowT x[kDim];
+        const LowT* xr = a.xl + i * d;
+        for (int q = 0; q < d; ++q) x[q] = xr[q];
+        const LowT xx = squaredNorm<LowT>(x, d);
+        int best = 0;
+        if constexpr (kFallback) {
+          H xh[kDim];
+          const WT* wr = a.xw + i * d;
+          for (int q = 0; q < d; ++q) xh[q] = convert<H>(wr[q]);
+          H bestD{};
+          for (int j = 0; j < k; ++j) {
+            const LowT dot = dotProduct<LowT>(x, cl + j * d, d);
+            bool fell = false;
+            const H dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx, ccl[j], dot), xh,
+                                                ch + j * d, d, a.factor, &fell);
+            fallbacks += fell;
+            if (j == 0 || closer(dj, bestD)) bestD = dj, best = j;
+          }
+        } else {
+          CompareT<LowT> bestD{};
+          for (int j = 0; j < k; ++j) {
+            const LowT dot = dotProduct<LowT>(x, cl + j * d, d);
+            const CompareT<LowT> dj =
+                convert<CompareT<LowT>>(expandedDistance<LowT>(xx, ccl[j], dot).distance);
+            if (j == 0 || closer(dj, bestD)) bestD = dj, best = j;
+          }
+        }
+        label = best;
+        const int old = a.labels[i];
+        if (iteration == 1) {
+          changed += 1;
+        } else {
+          changed += old != best;
+          if (iteration >= 3) cycleDiff += int(a.twoAgo[i]) != best;
+          a.twoAgo[i] = LabelT(old);
+        }
+        a.labels[i] = LabelT(best);
+      } else {
+        label = a.labels[i];
+      }
+    }
+    // Warp-ordered Kahan accumulation of this tile's points (lane order within each warp).
+    auto accumulate = [&]() {
+      const long long base = tile + warp * 32;
+      for (int l = 0; l < 32; ++l) {
+        const int lab = __shfl_sync(0xffffffffu, label, l);
+        if (lab < 0) break;
+        const WT* xr = a.xw + (base + l) * d;
+        WT* s = accSum + lab * d;
+        WT* c = accComp + lab * d;
+        for (int q = lane; q < d; q += 32) {
+          const WT y = xr[q] - c[q];
+          const WT t = s[q] + y;
+          c[q] = (t - s[q]) - y;
+          s[q] = t;
+        }
+        if (lane == 0) accCount[lab] += 1;
+      }
+    };
+    if (a.sharedAcc) {
+      accumulate();
+    } else {
+      for (int w = 0; w < kWarps; ++w) {
+        if (w == warp) accumulate();
+        __syncthreads();
+      }
+    }
+  }
+  __syncthreads();
+
+  // Fold: per element, warps in order (shared accumulators) or the single accumulator.
+  for (int e = threadIdx.x; e < kd; e += blockDim.x) {
+    WT v;
+    if (a.sharedAcc) {
+      const WT* s = reinterpret_cast<const WT*>(smem);
+      const WT* c = s + std::size_t(kWarps) * kd;
+      v = s[e] - c[e];
+      for (int w = 1; w < kWarps; ++w) v = v + (s[w * kd + e] - c[w * kd + e]);
+    } else {
+      v = accSum[e] - accComp[e];
+    }
+    a.partialSum[std::size_t(e) * a.blocks + blockIdx.x] = v;
+  }
+  for (int j = threadIdx.x; j < k; j += blockDim.x) {
+    unsigned c = 0;
+    if (a.sharedAcc) {
+      const unsigned* base = accCount - warp * k;
+      for (int w = 0; w < kWarps; ++w) c += base[w * k + j];
+    } else {
+      c = accCount[j];
+    }
+    a.partialCount[std::size_t(j) * a.blocks + blockIdx.x] = c;
+  }
+  if (assign) {
+    addBlockCount(changed, &a.state->changed);
+    addBlockCount(fallbacks, &a.state->fallbacks);
+    addBlockCount(cycleDiff, &a.state->cycleDiff);
+  }
+}
+
+/// Sums the block partials of one element per block: blockIdx.x < K D gives sums[e], the rest
+/// counts[j]. Determinism: thread t adds partials t, t + 256, ... in order, then a fixed shared
+/// memory tree; the order depends only on the number of partials.
+template <class A>
+__global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) {
+  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
+  if (!always && a.state->empty == 0) return;
+  const int kd = a.k * a.d;
+  const int e = blockIdx.x;
+  if (e < kd) {
+    __shared__ WT buf[kReduceThreads];
+    WT v = WT(0);
+    const WT* src = a.partialSum + std::size_t(e) * a.blocks;
+    for (int b = threadIdx.x; b < a.blocks; b += kReduceThreads) v = v + src[b];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) buf[threadIdx.x] = buf[threadIdx.x] + buf[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) a.sums[e] = buf[0];
+  } else {
+    __shared__ unsigned long long cbuf[kReduceThreads];
+    const int j = e - kd;
+    unsigned long long v = 0;
+    const unsigned* src = a.partialCount + std::size_t(j) * a.blocks;
+    for (int b = threadIdx.x; b < a.blocks; b += kReduceThreads) v += src[b];
+    cbuf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) cbuf[threadIdx.x] += cbuf[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) a.counts[j] = (long long)cbuf[0];
+  }
+}
+
+/// Re-seeds empty clusters (lloyd_rules.h: fartherCandidate) in ascending order, each with the
+/// point farthest (direct formula in W) from the centre it was assigned to, among points whose
+/// cluster keeps another member. One block; the argmax is a total order, so the choice does not
+/// depend on the reduction order. Sets the IF condition when a point moved.
+template <class LowT, class HighT, class WT, class LabelT>
+__global__ void __launch_bounds__(kOneBlockThreads) reseedKernel(Args<LowT, HighT, WT, LabelT> a) {
+  __shared__ WT bestD[kOneBlockThreads];
+  __shared__ long long bestI[kOneBlockThreads];
+  __shared__ int anyEmpty;
+  if (threadIdx.x == 0) anyEmpty = 0;
+  __syncthreads();
+  for (int j = threadIdx.x; j < a.k; j += blockDim.x)
+    if (a.counts[j] == 0) anyEmpty = 1;
+  __syncthreads();
+  long long events = 0;
+  if (anyEmpty) {
+    for (int j = 0; j < a.k; ++j) {
+      if (a.counts[j] != 0) continue;  // uniform: counts change only between barriers
+      WT bd = WT(-1);
+      long long bi = -1;
+      for (long long i = threadIdx.x; i < a.n; i += blockDim.x) {
+        const int li = a.labels[i];
+        if (a.counts[li] <= 1) continue;
+        const WT di = directDistance<WT>(a.xw + i * a.d, a.cw + std::size_t(li) * a.d, a.d);
+        if (bi < 0 || fartherCandidate(di, i, bd, bi)) bd = di, bi = i;
+      }
+      bestD[threadIdx.x] = bd;
+      bestI[threadIdx.x] = bi;
+      __syncthreads();
+      for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+          const long long oi = bestI[threadIdx.x + s];
+          if (oi >= 0 && (bestI[threadIdx.x] < 0 ||
+                          fartherCandidate(bestD[threadIdx.x + s], oi, bestD[threadIdx.x],
+                                           bestI[threadIdx.x]))) {
+            bestD[threadIdx.x] = bestD[threadIdx.x + s];
+            bestI[threadIdx.x] = oi;
+          }
+        }
+        __syncthreads();
+      }
+      const long long pick = bestI[0];
+      if (pick < 0) break;  // cannot happen for K <= N
+      if (threadIdx.x == 0) {
+        --a.counts[a.labels[pick]];
+        a.labels[pick] = LabelT(j);
+        a.counts[j] = 1;
+      }
+      ++events;
+      __syncthreads();
+    }
+  }
+  if (threadIdx.x == 0) {
+    a.state->empty = events;
+    cudaGraphSetConditional(a.ifHandle, events > 0 ? 1u : 0u);
+  }
+}
+
+// Writes the trace entry of iteration `it` to device and mapped memory, publishes the progress
+// and sets the loop condition. Thread 0 only.
+template <class A>
+__device__ void publish(const A& a, int it) {
+  const TraceEntry e = a.trace[it - 1];
+  a.traceHost[it - 1] = e;
+  __threadfence_system();
+  *reinterpret_cast<volatile int*>(&a.mapped->completed) = it;
+  __threadfence_system();
+  const int cancel = *reinterpret_cast<volatile int*>(&a.mapped->cancel);
+  if (cancel && !a.state->stop) a.state->cancelled = 1;
+  cudaGraphSetConditional(a.whileHandle, (a.state->stop || cancel) ? 0u : 1u);
+}
+
+/// New centres (sum / count in W, an empty cluster keeps its centre), the centre shift, the stop
+/// test, the trace entry, and the low/high centre copies for the next iteration. One block.
+template <class A>
+__global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a) {
+  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
+  const int kd = a.k * a.d;
+  const int it = a.state->iteration + 1;
+  for (int e = threadIdx.x; e < kd; e += blockDim.x) {
+    const long long c = a.counts[e / a.d];
+    a.cwNew[e] = c > 0 ? a.sums[e] / WT(c) : a.cw[e];
+  }
+  __syncthreads();
+  __shared__ double shift;
+  if (threadIdx.x == 0) shift = relativeCentreShift(a.cw, a.cwNew, kd);
+  __syncthreads();
+  for (int e = threadIdx.x; e < kd; e += blockDim.x) a.cw[e] = a.cwNew[e];
+  __syncthreads();
+  prepareCentres(a);
+  if (threadIdx.x == 0) {
+    DeviceState& s = *a.state;
+    TraceEntry t;
+    t.changed = (long long)s.changed;
+    t.fallbacks = (long long)s.fallbacks;
+    t.empty = s.empty;
+    t.shift = shift;
+    t.sse = -1.0;
+    a.trace[it - 1] = t;
+    StopReason reason{};
+    const bool stop =
+        shouldStop({it, a.maxIterations, t.changed, t.empty, it >= 3 && s.cycleDiff == 0,
+                    a.detectCycles != 0, shift, a.tolerance},
+                   &reason);
+    s.stop = stop;
+    s.reason = int(reason);
+    s.iteration = it;
+    s.changed = s.fallbacks = s.cycleDiff = 0;
+    s.empty = 0;
+    if (!a.traceSse) publish(a, it);
+  }
+}
+
+/// Per-block fp64 SSE of the current labels against the current centres, on the original rows.
+/// Determinism: each thread adds its points (stride blockDim) in order, then a fixed tree.
+template <class A>
+__global__ void __launch_bounds__(kAssignThreads) sseKernel(A a) {
+  __shared__ double buf[kAssignThreads];
+  const long long begin = blockIdx.x * a.chunk;
+  const long long end = min(a.n, begin + a.chunk);
+  double s = 0.0;
+  for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double* x = a.x64 + i * a.d;
+    const auto* c = a.cw + std::size_t(a.labels[i]) * a.d;
+    for (int q = 0; q < a.d; ++q) {
+      const double t = x[q] - double(c[q]);
+      s = s + t * t;
+    }
+  }
+  buf[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = kAssignThreads / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) buf[threadIdx.x] = buf[threadIdx.x] + buf[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) a.ssePartial[blockIdx.x] = buf[0];
+}
+
+/// Adds the SSE partials (fixed tree), completes the trace entry and publishes it. One block.
+template <class A>
+__global__ void __launch_bounds__(kOneBlockThreads) publishKernel(A a) {
+  __shared__ double buf[kOneBlockThreads];
+  double s = 0.0;
+  for (int b = threadIdx.x; b < a.blocks; b += blockDim.x) s = s + a.ssePartial[b];
+  buf[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = kOneBlockThreads / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) buf[threadIdx.x] = buf[threadIdx.x] + buf[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const int it = a.state->iteration;
+    a.trace[it - 1].sse = buf[0];
+    publish(a, it);
+  }
+}
+
+// ---- host side ---------------------------------------------------------------------------------
+
+// Ends a stream capture that an exception interrupted, so that the stream (and the frees that
+// follow) work again.
+class CaptureGuard {
+ public:
+  explicit CaptureGuard(cudaStream_t s) : s_(s) {}
+  CaptureGuard(const CaptureGuard&) = delete;
+  CaptureGuard& operator=(const CaptureGuard&) = delete;
+  ~CaptureGuard() {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s_, &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t g = nullptr;
+      (void)cudaStreamEndCapture(s_, &g);
+    }
+    (void)cudaGetLastError();
+  }
+
+ private:
+  cudaStream_t s_;
+};
+
+template <class LowT, class HighT, class WT, class LabelT>
+class Run final : public LloydRun {
+  using A = Args<LowT, HighT, WT, LabelT>;
+  using H = typename A::H;
+  static constexpr bool kFallback = A::kFallback;
+  static constexpr bool kSharedLow = std::is_same_v<LowT, WT>;
+
+ public:
+  explicit Run(const RunInputs& in) : in_(in) {
+    const Matrix& x = in.data;
+    const KMeansParams& p = in.params;
+    n_ = x.rows;
+    d_ = int(x.cols);
+    k_ = p.k;
+    maxIt_ = p.maxIterations;
+    const std::size_t nd = n_ * std::size_t(d_), kd = std::size_t(k_) * d_;
+
+    KMSEG_CUDA_CHECK(cudaGetDevice(&device_));
+    int sms = 0;
+    KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+
+    // Accumulators: per warp in shared memory when they fit, else one per block in global
+    // scratch; centres in shared memory when they fit beside them.
+    const std::size_t accBytes =
+        kWarps * (2 * kd * sizeof(WT) + std::size_t(k_) * sizeof(unsigned));
+    const std::size_t centreBytes =
+        kd * sizeof(LowT) + std::size_t(k_) * sizeof(LowT) + (kFallback ? kd * sizeof(H) : 0);
+    sharedAcc_ = accBytes + 16 <= kSharedLimit;
+    const std::size_t base = sharedAcc_ ? accBytes + 16 : 0;
+    sharedCentres_ = base + centreBytes <= kSharedLimit;
+    shared_ = base + (sharedCentres_ ? centreBytes : 0);
+
+    // Blocks of the assignment pass: enough to fill the device, few enough that the partials
+    // (and the global accumulators) stay small.
+    const std::size_t tiles = (n_ + kAssignThreads - 1) / kAssignThreads;
+    std::size_t blocks = std::min<std::size_t>(tiles, std::size_t(sms) * 8);
+    const std::size_t perBlock =
+        kd * sizeof(WT) * (sharedAcc_ ? 1 : 3) + std::size_t(k_) * sizeof(unsigned) * 2;
+    blocks = std::max<std::size_t>(1, std::min(blocks, (std::size_t(256) << 20) / perBlock));
+    chunk_ = (n_ + blocks - 1) / blocks;
+    chunk_ = (chunk_ + 31) / 32 * 32;
+    blocks_ = int((n_ + chunk_ - 1) / chunk_);
+
+    const bool needX64 = p.traceSse && !std::is_same_v<WT, double>;
+    std::size_t need = nd * sizeof(WT) + (kSharedLow ? 0 : nd * sizeof(LowT)) +
+                       (needX64 ? nd * sizeof(double) : 0) + 2 * n_ * sizeof(LabelT) +
+                       std::size_t(blocks_) * perBlock;
+    std::size_t freeB = 0, totalB = 0;
+    KMSEG_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
+    if (need > freeB)
+      throw BackendError("the data does not fit on the GPU: " + std::to_string(n_) + " x " +
+                         std::to_string(d_) + " features need about " + std::to_string(need) +
+                         " bytes, " + std::to_string(freeB) + " of " + std::to_string(totalB) +
+                         " bytes are free");
+
+    // Data: W rows from the host, the low copy converted on the device.
+    std::vector<WT> hw(nd);
+    for (std::size_t i = 0; i < nd; ++i) hw[i] = WT(x.values[i]);
+    xw_ = track(DeviceBuffer<WT>(nd, "the working-precision features"));
+    KMSEG_CUDA_CHECK(cudaMemcpyAsync(xw_.get(), hw.data(), nd * sizeof(WT), cudaMemcpyHostToDevice,
+                                     stream_.get()));
+    if constexpr (!kSharedLow) {
+      xl_ = track(DeviceBuffer<LowT>(nd, "the low-precision features"));
+      KMSEG_LAUNCH_LINEAR((convertKernel<LowT, WT>), nd, stream_.get(), xw_.get(), xl_.get(),
+                          (long long)nd);
+    }
+    if (needX64) {
+      x64_ = track(DeviceBuffer<double>(nd, "the fp64 features for the SSE"));
+      KMSEG_CUDA_CHECK(cudaMemcpyAsync(x64_.get(), x.values.data(), nd * sizeof(double),
+                                       cudaMemcpyHostToDevice, stream_.get()));
+    }
+    labels_ = track(DeviceBuffer<LabelT>(n_, "the labels"));
+    twoAgo_ = track(DeviceBuffer<LabelT>(n_, "the labels of two iterations earlier"));
+    KMSEG_CUDA_CHECK(cudaMemsetAsync(labels_.get(), 0, n_ * sizeof(LabelT), stream_.get()));
+    KMSEG_CUDA_CHECK(cudaMemsetAsync(twoAgo_.get(), 0, n_ * sizeof(LabelT), stream_.get()));
+    cw_ = track(DeviceBuffer<WT>(kd, "the centres"));
+    cwNew_ = track(DeviceBuffer<WT>(kd, "the new centres"));
+    cInit_ = track(DeviceBuffer<WT>(kd, "the initial centres"));
+    std::vector<WT> hc(kd);
+    for (std::size_t i = 0; i < kd; ++i) hc[i] = WT(in.initialCentres.values[i]);
+    KMSEG_CUDA_CHECK(cudaMemcpyAsync(cInit_.get(), hc.data(), kd * sizeof(WT),
+                                     cudaMemcpyHostToDevice, stream_.get()));
+    cl_ = track(DeviceBuffer<LowT>(kd, "the low-precision centres"));
+    ccl_ = track(DeviceBuffer<LowT>(k_, "the centre norms"));
+    if constexpr (kFallback) ch_ = track(DeviceBuffer<H>(kd, "the high-precision centres"));
+    partialSum_ = track(DeviceBuffer<WT>(kd * blocks_, "the centroid partial sums"));
+    partialCount_ = track(DeviceBuffer<unsigned>(std::size_t(k_) * blocks_, "the partial counts"));
+    if (!sharedAcc_) {
+      scratch_ = track(DeviceBuffer<WT>(2 * kd * blocks_, "the centroid accumulators"));
+      scratchCount_ =
+          track(DeviceBuffer<unsigned>(std::size_t(k_) * blocks_, "the accumulator counts"));
+    }
+    sums_ = track(DeviceBuffer<WT>(kd, "the centroid sums"));
+    counts_ = track(DeviceBuffer<long long>(k_, "the cluster counts"));
+    ssePartial_ = track(DeviceBuffer<double>(blocks_, "the SSE partials"));
+    state_ = track(DeviceBuffer<DeviceState>(1, "the loop state"));
+    trace_ = track(DeviceBuffer<TraceEntry>(maxIt_, "the trace"));
+    traceHost_ = MappedBuffer<TraceEntry>(maxIt_, "the progress trace");
+    mapped_ = MappedBuffer<Mapped>(1, "the progress flags");
+    mapped_.host()->completed = 0;
+    mapped_.host()->cancel = 0;
+
+    args_.xl = kSharedLow ? reinterpret_cast<const LowT*>(xw_.get()) : xl_.get();
+    args_.xw = xw_.get();
+    args_.x64 =
+        std::is_same_v<WT, double> ? reinterpret_cast<const double*>(xw_.get()) : x64_.get();
+    args_.labels = labels_.get();
+    args_.twoAgo = twoAgo_.get();
+    args_.cw = cw_.get();
+    args_.cwNew = cwNew_.get();
+    args_.cInit = cInit_.get();
+    args_.cl = cl_.get();
+    args_.ccl = ccl_.get();
+    args_.ch = kFallback ? ch_.get() : nullptr;
+    args_.factor = H(reliabilityFactor(p.rho, d_, lowPrecision(p.mode)));
+    args_.partialSum = partialSum_.get();
+    args_.partialCount = partialCount_.get();
+    args_.scratch = scratch_.get();
+    args_.scratchCount = scratchCount_.get();
+    args_.sums = sums_.get();
+    args_.counts = counts_.get();
+    args_.ssePartial = ssePartial_.get();
+    args_.state = state_.get();
+    args_.trace = trace_.get();
+    args_.traceHost = traceHost_.device();
+    args_.mapped = mapped_.device();
+    args_.n = (long long)n_;
+    args_.chunk = (long long)chunk_;
+    args_.d = d_;
+    args_.k = k_;
+    args_.blocks = blocks_;
+    args_.maxIterations = maxIt_;
+    args_.sharedAcc = sharedAcc_;
+    args_.sharedCentres = sharedCentres_;
+    args_.traceSse = p.traceSse;
+    args_.detectCycles = p.detectCycles;
+    args_.tolerance = p.tolerance;
+    buildGraph();
+    KMSEG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  }
+
+  KMeansResult run(const RunControl& control) override {
+    if (control.cancelled()) throw Cancelled();
+    const auto t0 = std::chrono::steady_clock::now();
+    volatile Mapped* m = mapped_.host();
+    m->cancel = 0;
+    m->completed = 0;
+    start_.record(stream_.get());
+    graph_.launch(stream_.get());
+    stop_.record(stream_.get());
+    int reported = 0;
+    std::vector<IterationStats> trace;
+    auto report = [&](int upTo, const TraceEntry* src) {
+      for (; reported < upTo; ++reported) {
+        trace.push_back(toStats(src[reported], reported + 1));
+        if (control.progress) control.progress(trace.back());
+      }
+    };
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(stop_.get());
+      if (q != cudaSuccess && q != cudaErrorNotReady) KMSEG_CUDA_CHECK(q);
+      const int done = std::min(int(m->completed), maxIt_);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      report(done, traceHost_.host());
+      if (q == cudaSuccess) break;
+      if (control.cancelled()) m->cancel = 1;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    DeviceState s{};
+    KMSEG_CUDA_CHECK(cudaMemcpy(&s, state_.get(), sizeof s, cudaMemcpyDeviceToHost));
+    std::vector<TraceEntry> t(std::size_t(s.iteration));
+    if (s.iteration > 0)
+      KMSEG_CUDA_CHECK(cudaMemcpy(t.data(), trace_.get(), t.size() * sizeof(TraceEntry),
+                                  cudaMemcpyDeviceToHost));
+    report(s.iteration, t.data());
+    if (s.cancelled) throw Cancelled();
+
+    KMeansResult r;
+    r.mode = in_.params.mode;
+    r.working = in_.working;
+    r.deviceSeconds = 1e-3 * stop_.since(start_);
+    std::vector<LabelT> hl(n_);
+    KMSEG_CUDA_CHECK(
+        cudaMemcpy(hl.data(), labels_.get(), n_ * sizeof(LabelT), cudaMemcpyDeviceToHost));
+    r.labels.assign(hl.begin(), hl.end());
+    const std::size_t kd = std::size_t(k_) * d_;
+    std::vector<WT> hc(kd);
+    KMSEG_CUDA_CHECK(cudaMemcpy(hc.data(), cw_.get(), kd * sizeof(WT), cudaMemcpyDeviceToHost));
+    r.centroids = Matrix(std::size_t(k_), std::size_t(d_));
+    for (std::size_t i = 0; i < kd; ++i) r.centroids.values[i] = double(hc[i]);
+    r.iterations = s.iteration;
+    r.stop = StopReason(s.reason);
+    r.trace = std::vector<IterationStats>(trace.begin(), trace.begin() + s.iteration);
+    for (const IterationStats& st : r.trace) {
+      r.fallbacks += st.fallbacks;
+      r.evaluations += st.evaluations;
+      r.emptyClusterEvents += st.emptyClusters;
+    }
+    r.sse = in_.params.traceSse && !r.trace.empty() ? r.trace.back().sse
+                                                    : computeSse(in_.data, r.labels, r.centroids);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+
+  RunTiming time(int repeats) override {
+    RunTiming t;
+    std::vector<double> ms;
+    for (int rep = -1; rep < repeats; ++rep) {
+      mapped_.host()->cancel = 0;
+      start_.record(stream_.get());
+      graph_.launch(stream_.get());
+      stop_.record(stream_.get());
+      KMSEG_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
+      if (rep >= 0) ms.push_back(stop_.since(start_));
+    }
+    std::sort(ms.begin(), ms.end());
+    t.msFullRun = ms[ms.size() / 2];
+    DeviceState s{};
+    KMSEG_CUDA_CHECK(cudaMemcpy(&s, state_.get(), sizeof s, cudaMemcpyDeviceToHost));
+    t.iterations = s.iteration;
+    const double nd = double(n_) * d_;
+    t.bytesPerIteration =
+        nd * (kSharedLow ? 0 : sizeof(LowT)) + nd * sizeof(WT) + 4.0 * double(n_) * sizeof(LabelT);
+    // Per pair: D FMAs (2 flops each) for the dot product, add and subtract-twice for the
+    // distance; the fallbacks add 3 D per evaluation that falls back (not counted here).
+    t.flopsPerIteration = double(n_) * k_ * (2.0 * d_ + 3.0);
+    t.deviceBytes = allocated_;
+    t.minimalBytes = std::size_t(nd) * sizeof(WT) +
+                     (kSharedLow ? 0 : std::size_t(nd) * sizeof(LowT)) + n_ * sizeof(LabelT);
+    return t;
+  }
+
+ private:
+  template <class T>
+  DeviceBuffer<T> track(DeviceBuffer<T> b) {
+    allocated_ += b.bytes();
+    return b;
+  }
+
+  IterationStats toStats(const TraceEntry& e, int it) const {
+    IterationStats s;
+    s.iteration = it;
+    s.changed = e.changed;
+    s.fallbacks = e.fallbacks;
+    s.evaluations = std::int64_t(n_) * k_;
+    s.emptyClusters = e.empty;
+    s.centreShift = e.shift;
+    s.sse = e.sse;
+    return s;
+  }
+
+  template <int DT>
+  void captureAssign(cudaStream_t s, int assign) {
+    auto kernel = assignKernel<LowT, HighT, WT, LabelT, DT>;
+    KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
+  }
+
+  void captureBody(cudaGraph_t body, int assign) {
+    cudaStream_t s = stream_.get();
+    KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0,
+                                                   cudaStreamCaptureModeThreadLocal));
+    if (d_ == 5)
+      captureAssign<5>(s, assign);
+    else
+      captureAssign<0>(s, assign);
+    KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, assign);
+    cudaGraph_t captured = nullptr;
+    KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+  }
+
+  // Graph: reset -> WHILE { assign, reduce, reseed, IF { sums, reduce }, update, [sse, publish] }
+  void buildGraph() {
+    cudaGraph_t g = graph_.get();
+    cudaStream_t s = stream_.get();
+    CaptureGuard guard(s);
+    KMSEG_CUDA_CHECK(
+        cudaGraphConditionalHandleCreate(&args_.whileHandle, g, 1, cudaGraphCondAssignDefault));
+    cudaGraphNodeParams wp{};
+    wp.type = cudaGraphNodeTypeConditional;
+    wp.conditional.handle = args_.whileHandle;
+    wp.conditional.type = cudaGraphCondTypeWhile;
+    wp.conditional.size = 1;
+    // Reset node first, then the loop after it.
+    KMSEG_CUDA_CHECK(
+        cudaStreamBeginCaptureToGraph(s, g, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
+    KMSEG_LAUNCH(resetKernel<A>, 1, kOneBlockThreads, 0, s, args_);
+    cudaGraph_t captured = nullptr;
+    KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+    std::size_t count = 0;
+    KMSEG_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    KMSEG_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &count));
+    cudaGraphNode_t whileNode = nullptr;
+    KMSEG_CUDA_CHECK(cudaGraphAddNode(&whileNode, g, nodes.data(), nullptr, count, &wp));
+    cudaGraph_t body = wp.conditional.phGraph_out[0];
+
+    KMSEG_CUDA_CHECK(cudaGraphConditionalHandleCreate(&args_.ifHandle, body, 0, 0));
+    // Body part 1: assignment, reduction, re-seeding.
+    KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0,
+                                                   cudaStreamCaptureModeThreadLocal));
+    if (d_ == 5)
+      captureAssign<5>(s, 1);
+    else
+      captureAssign<0>(s, 1);
+    KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, 1);
+    KMSEG_LAUNCH((reseedKernel<LowT, HighT, WT, LabelT>), 1, kOneBlockThreads, 0, s, args_);
+    KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+    // The IF node after the last node of part 1.
+    KMSEG_CUDA_CHECK(cudaGraphGetNodes(body, nullptr, &count));
+    nodes.resize(count);
+    KMSEG_CUDA_CHECK(cudaGraphGetNodes(body, nodes.data(), &count));
+    cudaGraphNode_t last = lastNode(body, nodes);
+    cudaGraphNodeParams ip{};
+    ip.type = cudaGraphNodeTypeConditional;
+    ip.conditional.handle = args_.ifHandle;
+    ip.conditional.type = cudaGraphCondTypeIf;
+    ip.conditional.size = 1;
+    cudaGraphNode_t ifNode = nullptr;
+    KMSEG_CUDA_CHECK(cudaGraphAddNode(&ifNode, body, &last, nullptr, 1, &ip));
+    captureBody(ip.conditional.phGraph_out[0], 0);
+    // Body part 2 after the IF node.
+    KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, body, &ifNode, nullptr, 1,
+                                                   cudaStreamCaptureModeThreadLocal));
+    KMSEG_LAUNCH(updateKernel<A>, 1, kOneBlockThreads, 0, s, args_);
+    if (in_.params.traceSse) {
+      KMSEG_LAUNCH(sseKernel<A>, unsigned(blocks_), kAssignThreads, 0, s, args_);
+      KMSEG_LAUNCH(publishKernel<A>, 1, kOneBlockThreads, 0, s, args_);
+    }
+    KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+    graph_.instantiate();
+  }
+
+  // The node of a chain that no other node depends on.
+  static cudaGraphNode_t lastNode(cudaGraph_t g, const std::vector<cudaGraphNode_t>& nodes) {
+    for (cudaGraphNode_t node : nodes) {
+      std::size_t out = 0;
+      KMSEG_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &out));
+      if (out == 0) return node;
+    }
+    (void)g;
+    throw BackendError("CUDA graph: the loop body has no last node");
+  }
+
+  const RunInputs& in_;
+  std::size_t n_ = 0;
+  int d_ = 0, k_ = 0, maxIt_ = 0, device_ = 0;
+  bool sharedAcc_ = false, sharedCentres_ = false;
+  std::size_t shared_ = 0, chunk_ = 0;
+  int blocks_ = 0;
+  std::size_t allocated_ = 0;
+  Stream stream_;
+  Event start_, stop_;
+  Graph graph_;
+  DeviceBuffer<WT> xw_;
+  DeviceBuffer<LowT> xl_;
+  DeviceBuffer<double> x64_;
+  DeviceBuffer<LabelT> labels_, twoAgo_;
+  DeviceBuffer<WT> cw_, cwNew_, cInit_;
+  DeviceBuffer<LowT> cl_, ccl_;
+  DeviceBuffer<H> ch_;
+  DeviceBuffer<WT> partialSum_;
+  DeviceBuffer<unsigned> partialCount_;
+  DeviceBuffer<WT> scratch_;
+  DeviceBuffer<unsigned> scratchCount_;
+  DeviceBuffer<WT> sums_;
+  DeviceBuffer<long long> counts_;
+  DeviceBuffer<double> ssePartial_;
+  DeviceBuffer<DeviceState> state_;
+  DeviceBuffer<TraceEntry> trace_;
+  MappedBuffer<TraceEntry> traceHost_;
+  MappedBuffer<Mapped> mapped_;
+  A args_{};
+};
+
+template <class LowT, class HighT, class WT>
+std::unique_ptr<LloydRun> makeRunFor(const RunInputs& in) {
+  if (in.params.k <= 256) return std::make_unique<Run<LowT, HighT, WT, std::uint8_t>>(in);
+  return std::make_unique<Run<LowT, HighT, WT, std::uint16_t>>(in);
+}
+
+template <Precision Family>
+std::unique_ptr<LloydRun> makeLloydRun(const RunInputs& in) {
+  switch (in.params.mode) {
+#define KMSEG_CUDA_CASE(e, name, low, high)                                          \
+  case Mode::e:                                                                      \
+    if constexpr (low == Family) {                                                   \
+      using L = typename DeviceType<low>::type;                                      \
+      using Hi = typename DeviceType<high>::type;                                    \
+      if (in.working == Precision::Fp64) return makeRunFor<L, Hi, double>(in);       \
+      if constexpr (!std::is_same_v<L, double>) return makeRunFor<L, Hi, float>(in); \
+    }                                                                                \
+    break;
+    KMSEG_FOR_EACH_MODE(KMSEG_CUDA_CASE)
+#undef KMSEG_CUDA_CASE
+  }
+  throw BackendError("CUDA engine: mode " + std::string(modeName(in.params.mode)) +
+                     " is not built for this precision family");
+}
+
+}  // namespace kmseg::cuda

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// The CUDA Lloyd run behind a plain C++ interface: one object per run, built for the mode's
+// number types by the per-precision translation units (lloyd_fp64.cu, lloyd_fp32.cu, ...).
+
+#include <cstddef>
+#include <memory>
+
+#include "kmseg/kmeans.h"
+#include "kmseg/matrix.h"
+#include "kmseg/precision.h"
+
+namespace kmseg::cuda {
+
+/// What one run needs. The references must outlive the run object.
+struct RunInputs {
+  const Matrix& data;
+  const Matrix& initialCentres;
+  const KMeansParams& params;
+  Precision working;
+};
+
+/// Device time and sizes of one or more launches of a run's graph.
+struct RunTiming {
+  double msFullRun = 0;          ///< median device time of one whole run (graph launch)
+  int iterations = 0;            ///< iterations of that run
+  double bytesPerIteration = 0;  ///< bytes the assignment pass must move per iteration
+  double flopsPerIteration = 0;  ///< floating-point operations per iteration (distances)
+  std::size_t deviceBytes = 0;   ///< bytes this run allocated on the device
+  std::size_t minimalBytes = 0;  ///< features in W + low copy + labels
+};
+
+/// One prepared run: data on the device, graph built. Called from one thread.
+class LloydRun {
+ public:
+  virtual ~LloydRun() = default;
+  /// Runs the loop once, reporting progress and honouring cancellation; throws Cancelled.
+  virtual KMeansResult run(const RunControl& control) = 0;
+  /// Launches the whole graph `repeats` times after one warm-up, timing each launch.
+  virtual RunTiming time(int repeats) = 0;
+};
+
+/// Builds the run for modes whose low precision is `Family`; defined per family.
+template <Precision Family>
+std::unique_ptr<LloydRun> makeLloydRun(const RunInputs& in);
+
+}  // namespace kmseg::cuda

@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: MIT
+// The CUDA engine against the CPU engine (the golden model) on the same inputs and initial
+// centres, every mode; determinism, edge sizes, empty clusters, cancellation and bad input.
+// Every test skips when no CUDA device answers, so the suite builds and passes in CI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "kmseg/cuda_engine.h"
+#include "kmseg/engine.h"
+#include "kmseg/error.h"
+#include "kmseg/features.h"
+#include "kmseg/image_io.h"
+#include "kmseg/init.h"
+#include "kmseg/metrics.h"
+#include "test_paths.h"
+
+namespace kmseg {
+namespace {
+
+// Per-mode tolerances of CUDA against CPU (one table). `labelMismatch`: fraction of labels that
+// may differ in an early iteration (near-ties, from the centroid sums' different reduction
+// order); `finalDiff`: Diff % of the final labelings; `fallbackRel`: relative difference of the
+// fallback counts of an early iteration.
+struct Tolerance {
+  double labelMismatch;  ///< fraction of samples, near-ties excluded
+  double nearTieGap;     ///< relative distance gap below which a differing label is a near-tie
+  double finalDiffPercent;
+  double fallbackRel;
+};
+
+Tolerance toleranceFor(Mode m) {
+  switch (m) {
+    case Mode::Fp64:
+    case Mode::Fp32:
+    case Mode::Fp32Fp64:
+      // Measured on the H200: coffee.png K = 16, fp32, iteration 3: 3 of 240000 labels
+      // (1.25e-5) differ after one near-tie flip in iteration 2 moved a point between clusters.
+      return {2e-5, 1e-5, 0.01, 1e-3};
+    case Mode::Fp16Fp32:
+    case Mode::Fp16Fp64:
+    case Mode::Bf16Fp32:
+    case Mode::Bf16Fp64:
+      return {1e-4, 1e-5, 1.0, 1e-3};
+    case Mode::Fp16:
+    case Mode::Bf16:
+      return {1e-3, 1e-2, 5.0, 1.0};
+  }
+  return {0, 0, 0, 0};
+}
+
+bool haveDevice() {
+  return !cudaDevices().empty();
+}
+
+#define KMSEG_REQUIRE_GPU() \
+  if (!haveDevice()) GTEST_SKIP() << "no CUDA device answers"
+
+Matrix randomData(std::size_t n, std::size_t d, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Matrix m(n, d);
+  for (double& v : m.values) v = u(rng);
+  return m;
+}
+
+// Gaussian blobs in [0, 1]^d.
+Matrix blobs(std::size_t n, std::size_t d, int centres, double sigma, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.1, 0.9);
+  std::normal_distribution<double> g(0.0, sigma);
+  std::vector<double> c(std::size_t(centres) * d);
+  for (double& v : c) v = u(rng);
+  Matrix m(n, d);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t b = i % std::size_t(centres);
+    for (std::size_t q = 0; q < d; ++q) m(i, q) = c[b * d + q] + g(rng);
+  }
+  return m;
+}
+
+Matrix photo(const char* name) {
+  return makeFeatures(loadImage(test::sourcePath(name)));
+}
+
+// Mismatched labels that are not near-ties: for each sample labelled differently by `a` and
+// `b`, the fp64 direct distances to both centres of `centres` (the centres that produced the
+// labels) must differ by more than `relGap` relative to the larger one to count.
+std::size_t clearMismatches(const Matrix& x, const std::vector<std::int32_t>& a,
+                            const std::vector<std::int32_t>& b, const Matrix& centres,
+                            double relGap) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    double da = 0, db = 0;
+    for (std::size_t q = 0; q < x.cols; ++q) {
+      const double ta = x(i, q) - centres(std::size_t(a[i]), q);
+      const double tb = x(i, q) - centres(std::size_t(b[i]), q);
+      da += ta * ta;
+      db += tb * tb;
+    }
+    if (std::abs(da - db) > relGap * std::max(da, db)) ++count;
+  }
+  return count;
+}
+
+double mismatchFraction(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  std::size_t diff = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) diff += a[i] != b[i];
+  return a.empty() ? 0.0 : double(diff) / double(a.size());
+}
+
+KMeansParams paramsFor(Mode mode, int k, int maxIterations = 300) {
+  KMeansParams p;
+  p.mode = mode;
+  p.k = k;
+  p.maxIterations = maxIterations;
+  p.threads = 0;
+  return p;
+}
+
+class CudaEveryMode : public ::testing::TestWithParam<Mode> {};
+
+std::string modeLabel(const ::testing::TestParamInfo<Mode>& info) {
+  std::string s(modeName(info.param));
+  std::replace(s.begin(), s.end(), '>', '_');
+  return s;
+}
+
+// Compares both engines after 1, 2 and 3 iterations (labels, fallbacks) and at convergence
+// (Diff %, iterations, stop reason).
+void compareEngines(const Matrix& data, int k, Mode mode, std::uint64_t seed, const char* what) {
+  SCOPED_TRACE(std::string(what) + ", mode " + std::string(modeName(mode)) +
+               ", K = " + std::to_string(k) + ", seed " + std::to_string(seed));
+  const Tolerance tol = toleranceFor(mode);
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, seed));
+  auto cpu = makeCpuEngine(0);
+  auto gpu = makeCudaEngine();
+  Matrix previousCentres = init;
+  for (int t : {1, 2, 3}) {
+    const KMeansParams p = paramsFor(mode, k, t);
+    const KMeansResult a = cpu->run(data, init, p);
+    const KMeansResult b = gpu->run(data, init, p);
+    ASSERT_EQ(a.iterations, b.iterations) << "after " << t << " iterations";
+    const double mm = mismatchFraction(a.labels, b.labels);
+    const std::size_t clear =
+        clearMismatches(data, a.labels, b.labels, previousCentres, tol.nearTieGap);
+    previousCentres = a.centroids;
+    if (mm > 0)
+      std::printf(
+          "[ near-tie ] %-10s %-14s iteration %d: %.3g of the labels differ, %zu not "
+          "near-ties\n",
+          std::string(modeName(mode)).c_str(), what, t, mm, clear);
+    EXPECT_LE(double(clear) / double(data.rows), tol.labelMismatch)
+        << "labels after " << t << " iterations";
+    if (t == 1) EXPECT_EQ(mm, 0.0) << "the first assignment uses identical centres";
+    const double fa = double(a.trace.back().fallbacks), fb = double(b.trace.back().fallbacks);
+    EXPECT_LE(std::abs(fa - fb), tol.fallbackRel * std::max(1.0, fa))
+        << "fallbacks in iteration " << t << ": CPU " << fa << ", CUDA " << fb;
+    if (t == 1) EXPECT_EQ(fa, fb);
+  }
+  const KMeansParams p = paramsFor(mode, k);
+  const KMeansResult a = cpu->run(data, init, p);
+  const KMeansResult b = gpu->run(data, init, p);
+  const Comparison c = compareLabelings(a.labels, b.labels, k, a.sse, b.sse);
+  std::printf(
+      "[ compare  ] %-10s %-14s K=%-4d CPU %3d it (%s), CUDA %3d it (%s), Diff %.5f %%, "
+      "eta CPU %.4f CUDA %.4f\n",
+      std::string(modeName(mode)).c_str(), what, k, a.iterations,
+      std::string(stopReasonName(a.stop)).c_str(), b.iterations,
+      std::string(stopReasonName(b.stop)).c_str(), c.diffPercent, a.fallbackRatio(),
+      b.fallbackRatio());
+  EXPECT_LE(c.diffPercent, tol.finalDiffPercent);
+  EXPECT_EQ(b.trace.size(), std::size_t(b.iterations));
+  EXPECT_NE(b.backend.find("CUDA"), std::string::npos) << b.backend;
+  EXPECT_GE(b.deviceSeconds, 0.0);
+  if (mode == Mode::Fp64) {
+    EXPECT_EQ(a.iterations, b.iterations);
+    EXPECT_EQ(a.stop, b.stop);
+  }
+}
+
+TEST_P(CudaEveryMode, MatchesCpuOnSyntheticBlobs) {
+  KMSEG_REQUIRE_GPU();
+  compareEngines(blobs(20011, 5, 12, 0.08, 7), 16, GetParam(), 3, "blobs");
+}
+
+TEST_P(CudaEveryMode, MatchesCpuOnCoffee) {
+  KMSEG_REQUIRE_GPU();
+  compareEngines(photo("samples/coffee.png"), 16, GetParam(), 1, "coffee.png");
+}
+
+TEST_P(CudaEveryMode, MatchesCpuOnGraceHopper) {
+  KMSEG_REQUIRE_GPU();
+  compareEngines(photo("samples/grace_hopper.jpg"), 32, GetParam(), 2, "grace_hopper.jpg");
+}
+
+TEST_P(CudaEveryMode, MatchesCpuOnGenericD) {
+  KMSEG_REQUIRE_GPU();
+  compareEngines(blobs(5003, 7, 6, 0.1, 9), 8, GetParam(), 4, "blobs D=7");
+}
+
+TEST_P(CudaEveryMode, Deterministic) {
+  KMSEG_REQUIRE_GPU();
+  const Matrix data = photo("samples/coffee.png");
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 32, Init::RandomPoints, 5));
+  auto gpu = makeCudaEngine();
+  const KMeansResult first = gpu->run(data, init, paramsFor(GetParam(), 32, 40));
+  for (int rep = 1; rep < 10; ++rep) {
+    const KMeansResult r = gpu->run(data, init, paramsFor(GetParam(), 32, 40));
+    ASSERT_EQ(r.labels, first.labels) << "run " << rep;
+    ASSERT_EQ(r.centroids.values, first.centroids.values) << "run " << rep;
+    ASSERT_EQ(r.iterations, first.iterations);
+    ASSERT_EQ(r.fallbacks, first.fallbacks);
+    ASSERT_EQ(r.sse, first.sse);
+    for (std::size_t i = 0; i < r.trace.size(); ++i) {
+      ASSERT_EQ(r.trace[i].changed, first.trace[i].changed);
+      ASSERT_EQ(r.trace[i].fallbacks, first.trace[i].fallbacks);
+    }
+  }
+}
+
+TEST_P(CudaEveryMode, EdgeSizes) {
+  KMSEG_REQUIRE_GPU();
+  const Mode mode = GetParam();
+  auto cpu = makeCpuEngine(0);
+  auto gpu = makeCudaEngine();
+  struct Case {
+    std::size_t n, d;
+    int k;
+  };
+  for (const Case c :
+       {Case{1, 5, 1}, Case{1000, 5, 1}, Case{50, 5, 50}, Case{1000 + 7, 5, 9}, Case{300, 1, 4},
+        Case{700, 128, 6}, Case{5000, 5, 1024}, Case{2048, 3, 300}}) {
+    SCOPED_TRACE("N = " + std::to_string(c.n) + ", D = " + std::to_string(c.d) +
+                 ", K = " + std::to_string(c.k));
+    std::printf("[ edge     ] N = %zu, D = %zu, K = %d\n", c.n, c.d, c.k);
+    std::fflush(stdout);
+    const Matrix data = randomData(c.n, c.d, 17);
+    const Matrix init = gatherRows(data, chooseInitialCentres(data, c.k, Init::RandomPoints, 1));
+    const KMeansParams p = paramsFor(mode, c.k, 25);
+    const KMeansResult a = cpu->run(data, init, p);
+    std::printf("[ edge     ] CPU done\n");
+    std::fflush(stdout);
+    const KMeansResult b = gpu->run(data, init, p);
+    ASSERT_EQ(b.labels.size(), c.n);
+    for (auto l : b.labels) ASSERT_TRUE(l >= 0 && l < c.k);
+    const double mm = mismatchFraction(a.labels, b.labels);
+    if (mode == Mode::Fp64) {
+      EXPECT_EQ(mm, 0.0);
+      EXPECT_EQ(a.iterations, b.iterations);
+      EXPECT_EQ(a.emptyClusterEvents, b.emptyClusterEvents);
+    } else {
+      EXPECT_LE(mm, 0.05) << "mismatch " << mm;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModes, CudaEveryMode, ::testing::ValuesIn(kAllModes), modeLabel);
+
+TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
+  KMSEG_REQUIRE_GPU();
+  const Matrix data = randomData(3001, 5, 23);
+  Matrix init = gatherRows(data, {0, 0, 1, 1, 2, 3});  // duplicates: clusters 1, 3 start empty
+  auto cpu = makeCpuEngine(0);
+  auto gpu = makeCudaEngine();
+  for (Mode mode : {Mode::Fp64, Mode::Fp32, Mode::Fp16Fp32}) {
+    const KMeansParams p = paramsFor(mode, 6, 30);
+    const KMeansResult a = cpu->run(data, init, p);
+    const KMeansResult b = gpu->run(data, init, p);
+    EXPECT_GE(a.emptyClusterEvents, 2);
+    EXPECT_EQ(a.trace[0].emptyClusters, b.trace[0].emptyClusters) << modeName(mode);
+    EXPECT_EQ(a.emptyClusterEvents, b.emptyClusterEvents) << modeName(mode);
+    EXPECT_LE(mismatchFraction(a.labels, b.labels), 1e-3) << modeName(mode);
+  }
+}
+
+// The paper's near-points setting: clusters far from the origin and close to each other, so
+// that the expanded formula in fp16/bf16 cannot separate them; the mixed modes fall back and
+// recover the fp64 labels.
+TEST(CudaEngine, MixedModesRestoreAccuracyOnNearPoints) {
+  KMSEG_REQUIRE_GPU();
+  Matrix data = blobs(20000, 5, 8, 0.004, 31);
+  for (double& v : data.values) v += 20.0;
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 2));
+  auto gpu = makeCudaEngine();
+  const KMeansResult ref = gpu->run(data, init, paramsFor(Mode::Fp64, 8));
+  auto diff = [&](Mode m) {
+    const KMeansResult r = gpu->run(data, init, paramsFor(m, 8));
+    const double d = compareLabelings(ref.labels, r.labels, 8, ref.sse, r.sse).diffPercent;
+    std::printf("[ near     ] %-10s Diff %.4f %% eta %.4f\n", std::string(modeName(m)).c_str(), d,
+                r.fallbackRatio());
+    return d;
+  };
+  EXPECT_GT(diff(Mode::Fp16), 5.0);
+  EXPECT_GT(diff(Mode::Bf16), 5.0);
+  EXPECT_LT(diff(Mode::Fp16Fp32), 0.5);
+  EXPECT_LT(diff(Mode::Fp16Fp64), 0.5);
+  EXPECT_LT(diff(Mode::Bf16Fp32), 0.5);
+  EXPECT_LT(diff(Mode::Bf16Fp64), 0.5);
+  EXPECT_LT(diff(Mode::Fp32Fp64), 0.5);  // W = fp32: the data itself is rounded
+}
+
+TEST(CudaEngine, ReportsProgressAndCancelsWithinOneIteration) {
+  KMSEG_REQUIRE_GPU();
+  const Matrix data = photo("samples/coffee.png");
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 32, Init::RandomPoints, 1));
+  auto gpu = makeCudaEngine();
+  KMeansParams p = paramsFor(Mode::Fp32, 32, 300);
+  p.tolerance = 0;
+  p.detectCycles = false;
+  int calls = 0;
+  RunControl plain;
+  plain.progress = [&](const IterationStats& s) { EXPECT_EQ(s.iteration, ++calls); };
+  const KMeansResult r = gpu->run(data, init, p, plain);
+  EXPECT_EQ(calls, r.iterations);
+
+  std::atomic<bool> cancel{false};
+  int seen = 0;
+  RunControl c;
+  c.cancel = &cancel;
+  c.progress = [&](const IterationStats& s) {
+    seen = s.iteration;
+    if (s.iteration == 3) cancel = true;
+  };
+  EXPECT_THROW(gpu->run(data, init, p, c), Cancelled);
+  EXPECT_GE(seen, 3);
+  EXPECT_LE(seen, 5) << "the cancel flag is read at the end of every iteration";
+  cancel = true;
+  EXPECT_THROW(gpu->run(data, init, p, c), Cancelled);
+}
+
+TEST(CudaEngine, RejectsBadInputBeforeAnyKernel) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
+  const Matrix data = randomData(2000, 5, 1);
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 4, Init::RandomPoints, 1));
+  EXPECT_THROW(gpu->run(data, init, paramsFor(Mode::Fp32, 1025)), InvalidArgument);
+  EXPECT_THROW(gpu->run(data, init, paramsFor(Mode::Fp32, 5)), InvalidArgument);
+  EXPECT_THROW(gpu->run(randomData(3, 5, 1), init, paramsFor(Mode::Fp32, 4)), InvalidArgument);
+  const Matrix wide = randomData(100, 129, 1);
+  EXPECT_THROW(gpu->run(wide, gatherRows(wide, {0, 1}), paramsFor(Mode::Fp32, 2)), InvalidArgument);
+  Matrix bad = data;
+  bad(7, 2) = NAN;
+  EXPECT_THROW(gpu->run(bad, init, paramsFor(Mode::Fp32, 4)), DataError);
+  EXPECT_THROW(gpu->run(Matrix(), Matrix(), paramsFor(Mode::Fp32, 4)), InvalidArgument);
+  try {
+    gpu->run(data, init, paramsFor(Mode::Fp32, 1025));
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("1025"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaEngine, AutoChoosesTheDevice) {
+  KMSEG_REQUIRE_GPU();
+  registerCudaEngine();
+  const EngineChoice c = makeEngine(Backend::Auto);
+  EXPECT_EQ(c.backend, Backend::Cuda) << c.note;
+  EXPECT_NE(c.engine->description().find("CUDA"), std::string::npos);
+}
+
+TEST(CudaEngineWithoutDevice, FactoryExplainsOrWorks) {
+  std::string why;
+  const auto devices = cudaDevices(&why);
+  if (devices.empty())
+    EXPECT_FALSE(why.empty());
+  else
+    EXPECT_FALSE(devices.front().name.empty());
+}
+
+}  // namespace
+}  // namespace kmseg
