@@ -48,6 +48,18 @@ std::size_t blockCount(std::size_t n, std::size_t k, std::size_t d) {
                                std::min({(n + kMinBlock - 1) / kMinBlock, kMaxBlocks, byMemory}));
 }
 
+// Four lanes of a working-precision type (GCC vector extension; element-wise IEEE operations).
+template <class T>
+struct Vec4;
+template <>
+struct Vec4<double> {
+  typedef double type __attribute__((vector_size(32)));
+};
+template <>
+struct Vec4<float> {
+  typedef float type __attribute__((vector_size(16)));
+};
+
 // The float nearest above / below a non-negative double: bounds kept in float stay valid.
 inline float floatAbove(double v) {
   const float f = float(v);
@@ -110,7 +122,7 @@ struct Lloyd {
 
   std::vector<WT> blockSum, blockComp;    // blocks x K x D Kahan partials
   std::vector<std::int64_t> blockCountV;  // blocks x K
-  std::vector<std::int64_t> blockChanged, blockFallbacks;
+  std::vector<std::int64_t> blockChanged, blockFallbacks, blockTwoAgo;
 
   static constexpr bool kSharedLow = std::is_same_v<LowT, WT>;
   const LowT* lowRow(std::size_t i) const {
@@ -142,6 +154,7 @@ struct Lloyd {
     blockCountV.resize(blocks * k);
     blockChanged.resize(blocks);
     blockFallbacks.resize(blocks);
+    blockTwoAgo.resize(blocks);
     cl.resize(k * d);
     clT.resize(k * d);
     if constexpr (kBounded) {
@@ -198,15 +211,17 @@ struct Lloyd {
   // centres: each pair still sees acc = fma(x_q, c_q, acc) for q = 0..D-1 in order, but the loop
   // over centres vectorises. `scratch` holds 2 K values of LowT and K values of H.
   template <int DT>
-  KMSEG_INLINE int assignOne(std::size_t i, std::int64_t& fallbacks, LowT* dots, H* dist) const {
+  KMSEG_INLINE int assignOne(std::size_t i, std::int64_t& fallbacks, LowT* __restrict dots,
+                             H* dist) const {
     constexpr int kMaxStackD = 16;
     const int dd = DT > 0 ? DT : int(d);
     const std::size_t kk = k;
     const LowT* x = lowRow(i);
-    for (std::size_t j = 0; j < kk; ++j) dots[j] = ML::from(0.0);
-    for (int q = 0; q < dd; ++q) {
+    const LowT zero = ML::from(0.0);
+    for (std::size_t j = 0; j < kk; ++j) dots[j] = ML::fma(x[0], clT[j], zero);
+    for (int q = 1; q < dd; ++q) {
       const LowT xq = x[q];
-      const LowT* cq = clT.data() + std::size_t(q) * kk;
+      const LowT* __restrict cq = clT.data() + std::size_t(q) * kk;
       for (std::size_t j = 0; j < kk; ++j) dots[j] = ML::fma(xq, cq[j], dots[j]);
     }
     const LowT xx = xxl[i];
@@ -281,8 +296,12 @@ struct Lloyd {
   }
 
   // One block: assignment, label write, changed and fallback counts, Kahan partial sums.
+  // With `assign`, labels are read from `prev` (the last iteration's) and written to `out`,
+  // which holds those of the iteration before: comparing on the way counts the 2-cycle
+  // difference without another pass. Without `assign`, `out` holds the labels to sum.
   template <int DT>
-  KMSEG_INLINE void blockBody(std::size_t b, std::int32_t* labels, bool assign) {
+  KMSEG_INLINE void blockBody(std::size_t b, const std::int32_t* prev, std::int32_t* out,
+                              bool assign) {
     const std::size_t lo = b * blockSize, hi = std::min(n, lo + blockSize);
     WT* sum = blockSum.data() + b * k * d;
     WT* comp = blockComp.data() + b * k * d;
@@ -290,12 +309,15 @@ struct Lloyd {
     std::fill(sum, sum + k * d, WT(0));
     std::fill(comp, comp + k * d, WT(0));
     std::fill(cnt, cnt + k, 0);
-    std::int64_t changed = 0, fallbacks = 0;
+    std::int64_t changed = 0, fallbacks = 0, twoAgo = 0;
     std::vector<LowT> dots(assign ? k : 0);
     std::vector<H> dist(assign && kFallback ? k : 0);
     for (std::size_t i = lo; i < hi; ++i) {
-      int label = labels[i];
-      if (assign) {
+      int label;
+      if (!assign) {
+        label = out[i];
+      } else {
+        label = prev[i];
         int nl;
         if constexpr (kBounded) {
           nl = bounded ? assignBounded<DT>(i, label, dots.data())
@@ -303,18 +325,33 @@ struct Lloyd {
         } else {
           nl = assignOne<DT>(i, fallbacks, dots.data(), dist.data());
         }
-        if (nl != label) {  // no store for the (many) unchanged labels
-          ++changed;
-          labels[i] = label = nl;
-        }
+        changed += nl != label;
+        twoAgo += nl != out[i];
+        out[i] = label = nl;
       }
       // Kahan summation in W: a fixed order within the block (D known at compile time for
       // the image case, so the D lanes vectorise).
       const std::size_t dd = DT > 0 ? std::size_t(DT) : d;
-      const WT* xr = xw.data() + i * dd;
-      WT* s = sum + std::size_t(label) * dd;
-      WT* c = comp + std::size_t(label) * dd;
-      for (std::size_t q = 0; q < dd; ++q) {
+      const WT* __restrict xr = xw.data() + i * dd;
+      WT* __restrict s = sum + std::size_t(label) * dd;
+      WT* __restrict c = comp + std::size_t(label) * dd;
+      std::size_t q = 0;
+      if constexpr (DT >= 4) {
+        // Four lanes at once (element-wise IEEE operations: the same results as the scalar
+        // loop, whatever the instruction set).
+        using V = typename Vec4<WT>::type;
+        V xv, sv, cv;
+        std::memcpy(&xv, xr, sizeof(V));
+        std::memcpy(&sv, s, sizeof(V));
+        std::memcpy(&cv, c, sizeof(V));
+        const V y = xv - cv;
+        const V t = sv + y;
+        cv = (t - sv) - y;
+        std::memcpy(c, &cv, sizeof(V));
+        std::memcpy(s, &t, sizeof(V));
+        q = 4;
+      }
+      for (; q < dd; ++q) {
         const WT y = xr[q] - c[q];
         const WT t = s[q] + y;
         c[q] = (t - s[q]) - y;
@@ -324,31 +361,34 @@ struct Lloyd {
     }
     blockChanged[b] = changed;
     blockFallbacks[b] = fallbacks;
+    blockTwoAgo[b] = twoAgo;
   }
 
   template <int DT>
-  KMSEG_FLATTEN void blockGeneric(std::size_t b, std::int32_t* labels, bool assign) {
-    blockBody<DT>(b, labels, assign);
+  KMSEG_FLATTEN void blockGeneric(std::size_t b, const std::int32_t* prev, std::int32_t* out,
+                                  bool assign) {
+    blockBody<DT>(b, prev, out, assign);
   }
 #if KMSEG_X86_DISPATCH
   template <int DT>
-  KMSEG_TARGET_V3 void blockV3(std::size_t b, std::int32_t* labels, bool assign) {
-    blockBody<DT>(b, labels, assign);
+  KMSEG_TARGET_V3 void blockV3(std::size_t b, const std::int32_t* prev, std::int32_t* out,
+                               bool assign) {
+    blockBody<DT>(b, prev, out, assign);
   }
 #endif
 
-  void pass(std::int32_t* labels, bool assign, bool useV3) {
+  void pass(const std::int32_t* prev, std::int32_t* out, bool assign, bool useV3) {
     const bool d5 = d == 5;
     parallelFor(std::int64_t(blocks), threads, [&](std::int64_t bi) {
       const auto b = std::size_t(bi);
 #if KMSEG_X86_DISPATCH
       if (useV3) {
-        d5 ? blockV3<5>(b, labels, assign) : blockV3<0>(b, labels, assign);
+        d5 ? blockV3<5>(b, prev, out, assign) : blockV3<0>(b, prev, out, assign);
         return;
       }
 #endif
       (void)useV3;
-      d5 ? blockGeneric<5>(b, labels, assign) : blockGeneric<0>(b, labels, assign);
+      d5 ? blockGeneric<5>(b, prev, out, assign) : blockGeneric<0>(b, prev, out, assign);
     });
   }
 
@@ -443,26 +483,31 @@ struct Lloyd {
     cw.resize(k * d);
     for (std::size_t j = 0; j < k * d; ++j) cw[j] = WT(initial.values[j]);
 
-    std::vector<std::int32_t> labels(n, -1), prev(n, -1), prev2(n, -1);
+    // labels: this iteration's; older: the previous iteration's, then (after the swap at the
+    // top of the loop) the one before. Two buffers, no copies.
+    std::vector<std::int32_t> labels(n, -1), older(n, -1);
     std::vector<std::int64_t> counts;
     std::vector<WT> sums, newC(k * d);
     const auto t0 = std::chrono::steady_clock::now();
     for (int it = 1;; ++it) {
       if (control.cancelled()) throw Cancelled();
       prepareCentres();
-      pass(labels.data(), true, useV3);
+      std::swap(labels, older);  // older = last iteration's labels; labels = the one before
+      pass(older.data(), labels.data(), true, useV3);
       IterationStats st;
       st.iteration = it;
       st.evaluations = std::int64_t(n) * std::int64_t(k);
+      std::int64_t twoAgo = 0;
       for (std::size_t b = 0; b < blocks; ++b) {
         st.changed += blockChanged[b];
         st.fallbacks += blockFallbacks[b];
+        twoAgo += blockTwoAgo[b];
       }
       reduce(counts, sums);
       if (std::find(counts.begin(), counts.end(), 0) != counts.end()) {
         st.emptyClusters = reseedEmpty(labels.data(), counts, cw);
         if (st.emptyClusters > 0) {
-          pass(labels.data(), false, useV3);
+          pass(nullptr, labels.data(), false, useV3);
           reduce(counts, sums);
         }
       }
@@ -474,7 +519,7 @@ struct Lloyd {
       st.centreShift = relativeCentreShift(cw.data(), newC.data(), int(k * d));
       std::swap(cw, newC);
       if (params.traceSse) st.sse = sseOf(labels.data(), cw);
-      const bool sameAsTwoAgo = it >= 3 && labels == prev2;
+      const bool sameAsTwoAgo = it >= 3 && twoAgo == 0;
       r.fallbacks += st.fallbacks;
       r.evaluations += st.evaluations;
       r.emptyClusterEvents += st.emptyClusters;
@@ -488,8 +533,6 @@ struct Lloyd {
         r.stop = reason;
         break;
       }
-      std::swap(prev2, prev);
-      prev = labels;
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.labels = std::move(labels);

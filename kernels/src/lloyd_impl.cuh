@@ -51,6 +51,13 @@ inline constexpr int kOneBlockThreads = 1024;
 // Dynamic shared memory the assignment kernel may use without opting in (48 KiB) less room
 // for its static shared variables.
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
+// The fast assignment pass (assignFastKernel): its compile-time D, the points each thread
+// handles per round, the shared memory a block may take so that two blocks share an SM, and the
+// most points one accumulator slot adds in a running sum before the block's fixed-order fold.
+inline constexpr int kFastD = 5;
+inline constexpr int kFastPoints = 4;
+inline constexpr std::size_t kFastSharedTarget = 110 * 1024;
+inline constexpr long long kFastSlotRun = 256;
 
 /// One iteration's record, as the device writes it.
 struct TraceEntry {
@@ -112,6 +119,7 @@ struct Args {
   int d, k, blocks, maxIterations;
   int sharedAcc;      // 1: per-warp accumulators in shared memory; 0: scratch, warps in turn
   int sharedCentres;  // 1: centres staged in shared memory
+  int fastSlotShift;  // assignFastKernel: log2 of the accumulator slots per warp
   int traceSse, detectCycles;
   double tolerance;
   cudaGraphConditionalHandle whileHandle;
@@ -123,16 +131,30 @@ struct Args {
 template <class T>
 using CompareT = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// Block-wide sum of integer counters, added once per block to global memory (exact in any
-// order).
-__device__ inline void addBlockCount(unsigned v, unsigned long long* target) {
-  __shared__ unsigned total;
-  if (threadIdx.x == 0) total = 0;
+// Block-wide sums of the pass's three integer counters, each added once per block to the loop
+// state (integer atomics: exact in any order). `totals` is a shared array of three that the
+// kernel zeroed before an earlier __syncthreads; every thread of the block calls this once.
+// Only thread 0 reads the totals, after the barrier, and nobody writes them afterwards, so the
+// block has no shared-memory hazard (one call per kernel, unlike a helper with its own
+// __shared__ variable called several times in a row).
+__device__ inline void addBlockCounts(unsigned changed, unsigned fallbacks, unsigned cycleDiff,
+                                      unsigned* totals, DeviceState* state) {
+  for (int o = 16; o > 0; o >>= 1) {
+    changed += __shfl_down_sync(0xffffffffu, changed, o);
+    fallbacks += __shfl_down_sync(0xffffffffu, fallbacks, o);
+    cycleDiff += __shfl_down_sync(0xffffffffu, cycleDiff, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (changed) atomicAdd(&totals[0], changed);
+    if (fallbacks) atomicAdd(&totals[1], fallbacks);
+    if (cycleDiff) atomicAdd(&totals[2], cycleDiff);
+  }
   __syncthreads();
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  if ((threadIdx.x & 31) == 0 && v) atomicAdd(&total, v);
-  __syncthreads();
-  if (threadIdx.x == 0 && total) atomicAdd(target, (unsigned long long)total);
+  if (threadIdx.x == 0) {
+    if (totals[0]) atomicAdd(&state->changed, (unsigned long long)totals[0]);
+    if (totals[1]) atomicAdd(&state->fallbacks, (unsigned long long)totals[1]);
+    if (totals[2]) atomicAdd(&state->cycleDiff, (unsigned long long)totals[2]);
+  }
 }
 
 // Low and high copies of the centres and the low norms, from cw. Block-strided over K.
@@ -195,6 +217,8 @@ __global__ void __launch_bounds__(kAssignThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int iteration = a.state->iteration + 1;
   if (!assign && a.state->empty == 0) return;
+  __shared__ unsigned totals[3];
+  if (threadIdx.x < 3) totals[threadIdx.x] = 0;
 
   // Shared layout: [acc sums kWarps x KD][acc comp kWarps x KD][counts kWarps x K]
   //                [cl KD][ch KD][ccl K]
@@ -343,11 +367,216 @@ __global__ void __launch_bounds__(kAssignThreads)
     }
     a.partialCount[std::size_t(j) * a.blocks + blockIdx.x] = c;
   }
+  if (assign) addBlockCounts(changed, fallbacks, cycleDiff, totals, a.state);
+}
+
+/// One centre of the fast pass in shared memory: the low-precision row and its squared norm,
+/// padded to 16 bytes so that a thread loads it with vector loads.
+template <class LowT, int DT>
+struct alignas(16) LowCentre {
+  LowT c[DT];
+  LowT cc;
+};
+/// One centre's row in the fallback precision H, padded likewise.
+template <class H, int DT>
+struct alignas(16) HighCentre {
+  H c[DT];
+};
+
+/// Bytes of the fast pass's dynamic shared memory for `slots` accumulator slots per warp.
+template <class LowT, class H, class WT, int DT>
+constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
+  const std::size_t acc = std::size_t(kWarps) * k * DT * slots * sizeof(WT);
+  const std::size_t counts = (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
+  return (acc + 15) / 16 * 16 + counts + k * sizeof(LowCentre<LowT, DT>) +
+         (fallback ? k * sizeof(HighCentre<H, DT>) : 0);
+}
+
+/// The assignment pass for a compile-time D (the image case), same contract as assignKernel.
+/// Grid: a.blocks blocks of kAssignThreads; block b owns the points [b chunk, (b + 1) chunk) and
+/// walks them in rounds of kFastPoints x kAssignThreads, thread t taking the points
+/// round + p kAssignThreads + t (p < kFastPoints), so each centre loaded from shared memory
+/// serves kFastPoints points. Only the working-precision rows are read: the low-precision x~ is
+/// convert<LowT>(x_W) in registers, the same single rounding as convertKernel's copy. Every
+/// per-pair distance is the shared formula of distance.h, evaluated per element.
+/// Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W (lane l
+/// adds into slot l mod S; the 32 / S lanes of a slot take turns in lane order), the cluster
+/// counts, and the centres (LowCentre, HighCentre).
+/// Determinism: a slot's sum adds its points in a fixed order (phase = lane / S, then round,
+/// then p); integer counts use shared atomics (exact). The fold adds, per element, the slots of
+/// each warp in slot order, then the warps in warp order, and writes partialSum[e blocks + b].
+/// Everything depends only on N, K, D, the labels and the launch shape.
+template <class LowT, class HighT, class WT, class LabelT, int DT>
+__global__ void __launch_bounds__(kAssignThreads)
+    assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
+  static_assert(DT > 0, "the fast pass needs a compile-time D");
+  using A = Args<LowT, HighT, WT, LabelT>;
+  using H = typename A::H;
+  using LC = LowCentre<LowT, DT>;
+  using HC = HighCentre<H, DT>;
+  using DistT = std::conditional_t<A::kFallback, H, CompareT<LowT>>;
+  constexpr bool kFallback = A::kFallback;
+  constexpr int P = kFastPoints;
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  if (!assign && a.state->empty == 0) return;
+  const int k = a.k;
+  const int kd = k * DT;
+  const int slotShift = a.fastSlotShift;
+  const int slots = 1 << slotShift;
+  const int phases = 32 >> slotShift;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int iteration = a.state->iteration + 1;
+
+  WT* acc = reinterpret_cast<WT*>(smem);
+  const std::size_t accElems = std::size_t(kWarps) * kd * slots;
+  unsigned char* p8 = smem + (accElems * sizeof(WT) + 15) / 16 * 16;
+  unsigned* count = reinterpret_cast<unsigned*>(p8);
+  p8 += (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
+  LC* scl = reinterpret_cast<LC*>(p8);
+  HC* sch = reinterpret_cast<HC*>(p8 + k * sizeof(LC));
+
+  for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
+  for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
+  __shared__ unsigned totals[3];
+  if (threadIdx.x < 3) totals[threadIdx.x] = 0;
   if (assign) {
-    addBlockCount(changed, &a.state->changed);
-    addBlockCount(fallbacks, &a.state->fallbacks);
-    addBlockCount(cycleDiff, &a.state->cycleDiff);
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+      LC c;
+      HC h;
+      for (int q = 0; q < DT; ++q) {
+        c.c[q] = a.cl[j * DT + q];
+        if constexpr (kFallback) h.c[q] = a.ch[j * DT + q];
+      }
+      c.cc = a.ccl[j];
+      scl[j] = c;
+      if constexpr (kFallback) sch[j] = h;
+    }
   }
+  __syncthreads();
+
+  WT* myAcc = acc + std::size_t(warp) * kd * slots + (lane & (slots - 1));
+  const int myPhase = lane >> slotShift;
+  const long long begin = blockIdx.x * a.chunk;
+  const long long end = min(a.n, begin + a.chunk);
+  unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
+  for (long long round = begin; round < end; round += P * kAssignThreads) {
+    WT w[P][DT];
+    int label[P];
+    bool valid[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const long long i = round + p * kAssignThreads + threadIdx.x;
+      valid[p] = i < end;
+      const WT* wr = a.xw + (valid[p] ? i : begin) * DT;
+#pragma unroll
+      for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
+    }
+    if (assign) {
+      LowT x[P][DT];
+      LowT xx[P];
+      H xh[kFallback ? P : 1][DT];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+#pragma unroll
+        for (int q = 0; q < DT; ++q) {
+          x[p][q] = convert<LowT>(w[p][q]);
+          if constexpr (kFallback) xh[p][q] = convert<H>(w[p][q]);
+        }
+        xx[p] = squaredNorm<LowT>(x[p], DT);
+      }
+      // The distance of point p to centre j, as the mode defines it.
+      auto distance = [&](const LC& c, int j, int p) -> DistT {
+        const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
+        const Expanded<LowT> e = expandedDistance<LowT>(xx[p], c.cc, dot);
+        if constexpr (kFallback) {
+          bool fell = false;
+          const H dj = mixedDistance<LowT, H>(e, xh[p], sch[j].c, DT, a.factor, &fell);
+          fallbacks += unsigned(fell && valid[p]);
+          return dj;
+        } else {
+          (void)j;
+          return convert<DistT>(e.distance);
+        }
+      };
+      DistT bestD[P];
+      int best[P];
+      {
+        const LC c = scl[0];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          bestD[p] = distance(c, 0, p);
+          best[p] = 0;
+        }
+      }
+#pragma unroll 2
+      for (int j = 1; j < k; ++j) {
+        const LC c = scl[j];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const DistT dj = distance(c, j, p);
+          if (closer(dj, bestD[p])) {
+            bestD[p] = dj;
+            best[p] = j;
+          }
+        }
+      }
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        label[p] = best[p];
+        if (!valid[p]) continue;
+        const long long i = round + p * kAssignThreads + threadIdx.x;
+        const int old = a.labels[i];
+        if (iteration == 1) {
+          changed += 1;
+        } else {
+          changed += old != best[p];
+          if (iteration >= 3) cycleDiff += int(a.twoAgo[i]) != best[p];
+          a.twoAgo[i] = LabelT(old);
+        }
+        a.labels[i] = LabelT(best[p]);
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const long long i = round + p * kAssignThreads + threadIdx.x;
+        label[p] = valid[p] ? int(a.labels[i]) : 0;
+      }
+    }
+    // The lanes of one slot take turns, in lane order; lanes of one phase own distinct slots.
+    for (int ph = 0; ph < phases; ++ph) {
+      if (ph == myPhase) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          if (!valid[p]) continue;
+          WT* s = myAcc + std::size_t(label[p]) * DT * slots;
+#pragma unroll
+          for (int q = 0; q < DT; ++q) s[q * slots] = s[q * slots] + w[p][q];
+        }
+      }
+      __syncwarp();
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (valid[p]) atomicAdd(&count[label[p]], 1u);
+  }
+  __syncthreads();
+
+  // Fold: per element, each warp's slots in slot order, then the warps in warp order.
+  for (int e = threadIdx.x; e < kd; e += blockDim.x) {
+    const int j = e / DT, q = e - j * DT;
+    WT v = WT(0);
+    for (int wp = 0; wp < kWarps; ++wp) {
+      const WT* s = acc + std::size_t(wp) * kd * slots + std::size_t(j * DT + q) * slots;
+      WT ws = s[0];
+      for (int t = 1; t < slots; ++t) ws = ws + s[t];
+      v = wp == 0 ? ws : v + ws;
+    }
+    a.partialSum[std::size_t(e) * a.blocks + blockIdx.x] = v;
+  }
+  for (int j = threadIdx.x; j < k; j += blockDim.x)
+    a.partialCount[std::size_t(j) * a.blocks + blockIdx.x] = count[j];
+  if (assign) addBlockCounts(changed, fallbacks, cycleDiff, totals, a.state);
 }
 
 /// Sums the block partials of one element per block: blockIdx.x < K D gives sums[e], the rest
@@ -588,30 +817,36 @@ class Run final : public LloydRun {
     int sms = 0;
     KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
 
-    // Accumulators: per warp in shared memory when they fit, else one per block in global
-    // scratch; centres in shared memory when they fit beside them.
-    const std::size_t accBytes =
-        kWarps * (2 * kd * sizeof(WT) + std::size_t(k_) * sizeof(unsigned));
-    const std::size_t centreBytes =
-        kd * sizeof(LowT) + std::size_t(k_) * sizeof(LowT) + (kFallback ? kd * sizeof(H) : 0);
-    sharedAcc_ = accBytes + 16 <= kSharedLimit;
-    const std::size_t base = sharedAcc_ ? accBytes + 16 : 0;
-    sharedCentres_ = base + centreBytes <= kSharedLimit;
-    shared_ = base + (sharedCentres_ ? centreBytes : 0);
+    std::size_t perBlock = 0;
+    if (d_ == kFastD) chooseFastShape(sms);
+    if (fast_) {
+      perBlock = kd * sizeof(WT) + std::size_t(k_) * sizeof(unsigned);
+    } else {
+      // Accumulators: per warp in shared memory when they fit, else one per block in global
+      // scratch; centres in shared memory when they fit beside them.
+      const std::size_t accBytes =
+          kWarps * (2 * kd * sizeof(WT) + std::size_t(k_) * sizeof(unsigned));
+      const std::size_t centreBytes =
+          kd * sizeof(LowT) + std::size_t(k_) * sizeof(LowT) + (kFallback ? kd * sizeof(H) : 0);
+      sharedAcc_ = accBytes + 16 <= kSharedLimit;
+      const std::size_t base = sharedAcc_ ? accBytes + 16 : 0;
+      sharedCentres_ = base + centreBytes <= kSharedLimit;
+      shared_ = base + (sharedCentres_ ? centreBytes : 0);
 
-    // Blocks of the assignment pass: enough to fill the device, few enough that the partials
-    // (and the global accumulators) stay small.
-    const std::size_t tiles = (n_ + kAssignThreads - 1) / kAssignThreads;
-    std::size_t blocks = std::min<std::size_t>(tiles, std::size_t(sms) * 8);
-    const std::size_t perBlock =
-        kd * sizeof(WT) * (sharedAcc_ ? 1 : 3) + std::size_t(k_) * sizeof(unsigned) * 2;
-    blocks = std::max<std::size_t>(1, std::min(blocks, (std::size_t(256) << 20) / perBlock));
-    chunk_ = (n_ + blocks - 1) / blocks;
-    chunk_ = (chunk_ + 31) / 32 * 32;
+      // Blocks of the assignment pass: enough to fill the device, few enough that the partials
+      // (and the global accumulators) stay small.
+      const std::size_t tiles = (n_ + kAssignThreads - 1) / kAssignThreads;
+      std::size_t blocks = std::min<std::size_t>(tiles, std::size_t(sms) * 8);
+      perBlock = kd * sizeof(WT) * (sharedAcc_ ? 1 : 3) + std::size_t(k_) * sizeof(unsigned) * 2;
+      blocks = std::max<std::size_t>(1, std::min(blocks, (std::size_t(256) << 20) / perBlock));
+      chunk_ = (n_ + blocks - 1) / blocks;
+      chunk_ = (chunk_ + 31) / 32 * 32;
+    }
     blocks_ = int((n_ + chunk_ - 1) / chunk_);
 
     const bool needX64 = p.traceSse && !std::is_same_v<WT, double>;
-    std::size_t need = nd * sizeof(WT) + (kSharedLow ? 0 : nd * sizeof(LowT)) +
+    const bool needLow = !kSharedLow && !fast_;
+    std::size_t need = nd * sizeof(WT) + (needLow ? nd * sizeof(LowT) : 0) +
                        (needX64 ? nd * sizeof(double) : 0) + 2 * n_ * sizeof(LabelT) +
                        std::size_t(blocks_) * perBlock;
     std::size_t freeB = 0, totalB = 0;
@@ -628,7 +863,7 @@ class Run final : public LloydRun {
     xw_ = track(DeviceBuffer<WT>(nd, "the working-precision features"));
     KMSEG_CUDA_CHECK(cudaMemcpyAsync(xw_.get(), hw.data(), nd * sizeof(WT), cudaMemcpyHostToDevice,
                                      stream_.get()));
-    if constexpr (!kSharedLow) {
+    if (needLow) {
       xl_ = track(DeviceBuffer<LowT>(nd, "the low-precision features"));
       KMSEG_LAUNCH_LINEAR((convertKernel<LowT, WT>), nd, stream_.get(), xw_.get(), xl_.get(),
                           (long long)nd);
@@ -670,6 +905,7 @@ class Run final : public LloydRun {
     mapped_.host()->cancel = 0;
 
     args_.xl = kSharedLow ? reinterpret_cast<const LowT*>(xw_.get()) : xl_.get();
+    args_.fastSlotShift = fastSlotShift_;
     args_.xw = xw_.get();
     args_.x64 =
         std::is_same_v<WT, double> ? reinterpret_cast<const double*>(xw_.get()) : x64_.get();
@@ -788,8 +1024,11 @@ class Run final : public LloydRun {
     KMSEG_CUDA_CHECK(cudaMemcpy(&s, state_.get(), sizeof s, cudaMemcpyDeviceToHost));
     t.iterations = s.iteration;
     const double nd = double(n_) * d_;
-    t.bytesPerIteration =
-        nd * (kSharedLow ? 0 : sizeof(LowT)) + nd * sizeof(WT) + 4.0 * double(n_) * sizeof(LabelT);
+    // The fast pass reads only the working-precision rows (x~ is rounded in registers); the
+    // generic pass reads the low-precision copy too. Labels and the labels of two iterations
+    // earlier are each read and written once.
+    t.bytesPerIteration = nd * (kSharedLow || fast_ ? 0 : sizeof(LowT)) + nd * sizeof(WT) +
+                          4.0 * double(n_) * sizeof(LabelT);
     // Per pair: D FMAs (2 flops each) for the dot product, add and subtract-twice for the
     // distance; the fallbacks add 3 D per evaluation that falls back (not counted here).
     t.flopsPerIteration = double(n_) * k_ * (2.0 * d_ + 3.0);
@@ -820,8 +1059,51 @@ class Run final : public LloydRun {
 
   template <int DT>
   void captureAssign(cudaStream_t s, int assign) {
+    if constexpr (DT == kFastD) {
+      if (fast_) {
+        auto kernel = assignFastKernel<LowT, HighT, WT, LabelT, DT>;
+        KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
+        return;
+      }
+    }
     auto kernel = assignKernel<LowT, HighT, WT, LabelT, DT>;
     KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
+  }
+
+  // The fast pass's shape: the most accumulator slots per warp whose shared memory lets two
+  // blocks share an SM (else one block, up to the opt-in limit; else the generic pass), and
+  // chunks short enough that no slot adds more than about kFastSlotRun points in a row, in a
+  // whole number of waves of resident blocks.
+  void chooseFastShape(int sms) {
+    int optin = 0;
+    KMSEG_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+    auto bytes = [&](int slots) {
+      return fastSharedBytes<LowT, H, WT, kFastD>(k_, slots, kFallback);
+    };
+    int shift = -1;
+    for (int s = 5; s >= 0 && shift < 0; --s)
+      if (bytes(1 << s) <= kFastSharedTarget) shift = s;
+    for (int s = 5; s >= 0 && shift < 0; --s)
+      if (bytes(1 << s) <= std::size_t(optin)) shift = s;
+    if (shift < 0) return;
+    fast_ = true;
+    fastSlotShift_ = shift;
+    shared_ = bytes(1 << shift);
+    auto kernel = assignFastKernel<LowT, HighT, WT, LabelT, kFastD>;
+    KMSEG_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_)));
+    int perSm = 0;
+    KMSEG_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kAssignThreads, shared_));
+    const long long resident = std::max(1, perSm) * (long long)sms;
+    const long long n = (long long)n_;
+    const long long runChunk = kFastSlotRun * kWarps * (1ll << shift);
+    long long blocks = (n + runChunk - 1) / runChunk;
+    blocks = (blocks + resident - 1) / resident * resident;
+    blocks = std::min(blocks, std::max(1ll, (n + kAssignThreads - 1) / kAssignThreads));
+    chunk_ = std::size_t((n + blocks - 1) / blocks);
+    chunk_ = (chunk_ + 31) / 32 * 32;
   }
 
   void captureBody(cudaGraph_t body, int assign) {
@@ -913,7 +1195,8 @@ class Run final : public LloydRun {
   const RunInputs& in_;
   std::size_t n_ = 0;
   int d_ = 0, k_ = 0, maxIt_ = 0, device_ = 0;
-  bool sharedAcc_ = false, sharedCentres_ = false;
+  bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false;
+  int fastSlotShift_ = 0;
   std::size_t shared_ = 0, chunk_ = 0;
   int blocks_ = 0;
   std::size_t allocated_ = 0;
