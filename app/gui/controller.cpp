@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: MIT
+#include "controller.h"
+
+#include <QFile>
+#include <QFutureWatcher>
+#include <QPromise>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <new>
+
+#include "image_convert.h"
+#include "kmseg/error.h"
+#include "kmseg/features.h"
+#include "kmseg/image_io.h"
+#include "kmseg/report.h"
+
+#if defined(KMSEG_HAVE_CUDA)
+#include "kmseg/cuda_engine.h"
+#endif
+
+namespace kmseg::gui {
+
+namespace {
+
+QString qs(std::string_view s) {
+  return QString::fromUtf8(s.data(), qsizetype(s.size()));
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::filesystem::path toPath(const QString& path) {
+  return std::filesystem::path(QFile::encodeName(path).toStdString());
+}
+
+/// What the user is told about a failure.
+struct UserError {
+  QString title;
+  QString text;
+  QString advice;
+};
+
+UserError outOfMemory() {
+  return {Controller::tr("Out of memory"),
+          Controller::tr("There was not enough memory for this image and these settings."),
+          Controller::tr("Close other programs, open a smaller image (or lower the pixel limit), "
+                         "or lower K. With the CUDA backend, switch the backend to CPU.")};
+}
+
+UserError describeLoadError(std::exception_ptr error, const QString& path) {
+  const QString title = Controller::tr("Cannot open %1").arg(path);
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::bad_alloc&) {
+    return outOfMemory();
+  } catch (const kmseg::InvalidArgument& e) {
+    return {title, QString::fromUtf8(e.what()),
+            Controller::tr("Open a downscaled copy of the image, or raise the pixel limit in the "
+                           "parameters panel if this computer has the memory for it.")};
+  } catch (const std::exception& e) {
+    return {title, QString::fromUtf8(e.what()),
+            Controller::tr("Check that the file exists, is readable and is a complete JPEG, PNG, "
+                           "BMP, GIF, TGA, PSD, HDR, PIC or PNM image.")};
+  }
+}
+
+UserError describeRunError(std::exception_ptr error) {
+  const QString title = Controller::tr("The run failed");
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::bad_alloc&) {
+    return outOfMemory();
+  } catch (const kmseg::BackendError& e) {
+    return {Controller::tr("The compute backend failed"), QString::fromUtf8(e.what()),
+            Controller::tr("Switch the backend to CPU in the parameters panel and run again.")};
+  } catch (const kmseg::InvalidArgument& e) {
+    return {Controller::tr("Invalid parameters"), QString::fromUtf8(e.what()),
+            Controller::tr("Change the parameter named above in the parameters panel and run "
+                           "again.")};
+  } catch (const kmseg::DataError& e) {
+    return {Controller::tr("This image cannot be segmented with these settings"),
+            QString::fromUtf8(e.what()),
+            Controller::tr("Lower K, or change the colour space or the normalisation.")};
+  } catch (const std::exception& e) {
+    return {title, QString::fromUtf8(e.what()),
+            Controller::tr("Try again with the CPU backend; if it fails again, please report "
+                           "it with the image and the parameters.")};
+  } catch (...) {
+    return {title, Controller::tr("An unknown error occurred."),
+            Controller::tr("Try again with the CPU backend.")};
+  }
+}
+
+/// One item of a run's result stream: progress, then one Done or Failed.
+struct RunEvent {
+  enum class Kind { Progress, Done, Failed };
+  Kind kind = Kind::Progress;
+  RunProgress progress;
+  std::shared_ptr<const RunOutcome> outcome;
+  UserError error;
+};
+
+/// The worker: features, engine and workflow, entirely on a pool thread. It reads only its
+/// arguments (the image is immutable and shared) and reports through `promise`.
+void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedImage> image,
+            GuiParams params, std::vector<Mode> modes, bool allModes,
+            std::shared_ptr<std::atomic<bool>> cancel) {
+  try {
+    if (cancel->load()) throw Cancelled();
+    auto outcome = std::make_shared<RunOutcome>();
+    outcome->image = image;
+    outcome->params = params;
+    outcome->modes = modes;
+    outcome->allModes = allModes;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Matrix features = makeFeatures(image->image, params.features);
+    outcome->featureSeconds = secondsSince(t0);
+    if (cancel->load()) throw Cancelled();
+
+    EngineChoice choice = makeEngine(params.backend, params.workflow.kmeans.threads);
+    outcome->backendNote = choice.note;
+    const int maxIterations = params.workflow.kmeans.maxIterations;
+    WorkflowProgress progress = [&](int run, int runCount, Mode mode, const IterationStats& s) {
+      RunEvent ev;
+      ev.progress.job = id;
+      ev.progress.run = run;
+      ev.progress.runCount = runCount;
+      ev.progress.name = run == 0 ? Controller::tr("fp64 reference") : qs(modeName(mode));
+      ev.progress.iteration = s.iteration;
+      ev.progress.maxIterations = maxIterations;
+      ev.progress.changed = s.changed;
+      ev.progress.fallbackPercent =
+          s.evaluations > 0 ? 100.0 * double(s.fallbacks) / double(s.evaluations) : 0.0;
+      promise.addResult(std::move(ev));
+    };
+    outcome->workflow =
+        runWorkflow(*choice.engine, features, modes, params.workflow, progress, cancel.get());
+    outcome->palette = makePalette(std::min(params.workflow.kmeans.k, 65536), params.palette);
+    RunEvent done;
+    done.kind = RunEvent::Kind::Done;
+    done.outcome = std::move(outcome);
+    promise.addResult(std::move(done));
+  } catch (const Cancelled&) {
+    // A normal end: the controller reports it from the cancel flag.
+  } catch (...) {
+    RunEvent failed;
+    failed.kind = RunEvent::Kind::Failed;
+    failed.error = describeRunError(std::current_exception());
+    promise.addResult(std::move(failed));
+  }
+}
+
+struct LoadEvent {
+  std::shared_ptr<const LoadedImage> image;
+  UserError error;
+};
+
+LoadEvent loadJob(const QString& path, std::uint64_t maxPixels) {
+  LoadEvent ev;
+  try {
+    auto loaded = std::make_shared<LoadedImage>();
+    loaded->path = path;
+    LoadOptions options;
+    options.maxPixels = maxPixels;
+    const auto t0 = std::chrono::steady_clock::now();
+    loaded->image = loadImage(toPath(path), options);
+    loaded->decodeSeconds = secondsSince(t0);
+    loaded->display = toQImage(loaded->image);
+    if (loaded->display.isNull()) throw std::bad_alloc();
+    ev.image = std::move(loaded);
+  } catch (...) {
+    ev.error = describeLoadError(std::current_exception(), path);
+  }
+  return ev;
+}
+
+struct BackendInfo {
+  QString description;
+  QString note;
+};
+
+BackendInfo probeJob(Backend backend, int threads) {
+  try {
+    const EngineChoice choice = makeEngine(backend, threads);
+    return {QString::fromStdString(choice.engine->description()),
+            QString::fromStdString(choice.note)};
+  } catch (const std::exception& e) {
+    return {Controller::tr("%1 not available").arg(qs(backendName(backend)).toUpper()),
+            QString::fromUtf8(e.what())};
+  }
+}
+
+Report makeReport(const RunOutcome& o) {
+  Report r;
+  r.command = o.allModes ? "compare" : "segment";
+  r.image = QFile::encodeName(o.image->path).toStdString();
+  r.width = o.width();
+  r.height = o.height();
+  r.params = o.params.workflow.kmeans;
+  if (!o.modes.empty()) r.params.mode = o.modes.front();
+  r.features = o.params.features;
+  r.init = o.params.workflow.init;
+  r.seed = o.params.workflow.seed;
+  r.backend = o.workflow.engine;
+  r.backendNote = o.backendNote;
+  r.decodeSeconds = o.image->decodeSeconds;
+  r.featureSeconds = o.featureSeconds;
+  r.runs.push_back({&o.workflow.reference, nullptr, true});
+  for (const auto& m : o.workflow.modes) r.runs.push_back({&m.result, &m.comparison, false});
+  return r;
+}
+
+}  // namespace
+
+const KMeansResult& RunOutcome::result(int row) const {
+  return row <= 0 ? workflow.reference : workflow.modes.at(std::size_t(row - 1)).result;
+}
+
+const Comparison* RunOutcome::comparison(int row) const {
+  return row <= 0 ? nullptr : &workflow.modes.at(std::size_t(row - 1)).comparison;
+}
+
+QString RunOutcome::rowName(int row) const {
+  return row <= 0 ? Controller::tr("fp64 reference") : qs(modeName(modes.at(std::size_t(row - 1))));
+}
+
+int RunOutcome::rowOf(Mode mode) const {
+  for (std::size_t i = 0; i < modes.size(); ++i)
+    if (modes[i] == mode) return int(i) + 1;
+  return -1;
+}
+
+struct Controller::Job {
+  std::shared_ptr<std::atomic<bool>> cancel;
+  QFutureWatcher<RunEvent>* watcher = nullptr;
+};
+
+Controller::Controller(QObject* parent) : QObject(parent) {
+#if defined(KMSEG_HAVE_CUDA)
+  registerCudaEngine();
+#endif
+  qRegisterMetaType<RunProgress>();
+  runPool_.setMaxThreadCount(1);
+  ioPool_.setMaxThreadCount(2);
+}
+
+Controller::~Controller() {
+  cancel();
+  runPool_.waitForDone();
+  ioPool_.waitForDone();
+}
+
+void Controller::openImage(const QString& path, std::uint64_t maxPixels) {
+  const int generation = ++loadGeneration_;
+  ++loading_;
+  auto* watcher = new QFutureWatcher<LoadEvent>(this);
+  connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, generation, path] {
+    watcher->deleteLater();
+    --loading_;
+    // A later openImage() supersedes this one.
+    if (generation != loadGeneration_) return;
+    const LoadEvent ev = watcher->result();
+    if (!ev.image) {
+      emit errorOccurred(ev.error.title, ev.error.text, ev.error.advice);
+      return;
+    }
+    cancel();
+    image_ = ev.image;
+    outcome_.reset();
+    emit imageLoaded(path);
+  });
+  watcher->setFuture(QtConcurrent::run(&ioPool_, loadJob, path, maxPixels));
+}
+
+int Controller::startRun(const GuiParams& params, bool allModes) {
+  if (!image_) {
+    emit errorOccurred(tr("No image"), tr("There is no image to segment."),
+                       tr("Open an image first (File > Open, or drop a file on the window)."));
+    return 0;
+  }
+  const bool wasBusy = isBusy();
+  cancel();
+  const int id = ++lastJob_;
+  auto job = std::make_unique<Job>();
+  job->cancel = std::make_shared<std::atomic<bool>>(false);
+  job->watcher = new QFutureWatcher<RunEvent>(this);
+  connect(job->watcher, &QFutureWatcherBase::resultReadyAt, this,
+          [this, id](int index) { onRunResult(id, index); });
+  connect(job->watcher, &QFutureWatcherBase::finished, this, [this, id] { onRunEnded(id); });
+  std::vector<Mode> modes;
+  if (allModes)
+    modes.assign(kAllModes.begin(), kAllModes.end());
+  else
+    modes.push_back(params.mode);
+  const int runCount = 1 + int(modes.size());
+  QFutureWatcher<RunEvent>* watcher = job->watcher;
+  auto cancelFlag = job->cancel;
+  jobs_.emplace(id, std::move(job));
+  watcher->setFuture(QtConcurrent::run(&runPool_, runJob, id, image_, params, std::move(modes),
+                                       allModes, std::move(cancelFlag)));
+  emit runStarted(id, runCount);
+  if (!wasBusy) emit busyChanged(true);
+  return id;
+}
+
+void Controller::cancel() {
+  for (auto& [id, job] : jobs_) {
+    job->cancel->store(true);
+    // Cancelling the future drops results the worker still reports and skips a queued worker.
+    job->watcher->future().cancel();
+  }
+}
+
+void Controller::onRunResult(int id, int index) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || id != lastJob_ || it->second->cancel->load()) return;
+  const RunEvent ev = it->second->watcher->resultAt(index);
+  if (ev.kind == RunEvent::Kind::Progress) emit progressed(ev.progress);
+}
+
+void Controller::onRunEnded(int id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  const std::unique_ptr<Job> job = std::move(it->second);
+  jobs_.erase(it);
+  const QFuture<RunEvent> future = job->watcher->future();
+  job->watcher->deleteLater();
+
+  // cancel() runs on this thread, so a run cancelled before this point never replaces the
+  // result, even when its worker had already returned one.
+  bool cancelled = job->cancel->load() || future.isCanceled() || future.resultCount() == 0;
+  if (!cancelled) {
+    const RunEvent last = future.resultAt(future.resultCount() - 1);
+    if (last.kind == RunEvent::Kind::Done) {
+      outcome_ = last.outcome;
+      emit backendChanged(QString::fromStdString(outcome_->workflow.engine),
+                          QString::fromStdString(outcome_->backendNote));
+      emit runFinished(id);
+    } else if (last.kind == RunEvent::Kind::Failed) {
+      emit errorOccurred(last.error.title, last.error.text, last.error.advice);
+      emit runFailed(id);
+    } else {
+      cancelled = true;
+    }
+  }
+  if (cancelled) emit runCancelled(id);
+  if (!isBusy()) emit busyChanged(false);
+}
+
+void Controller::probeBackend(Backend backend, int threads) {
+  const int generation = ++probeGeneration_;
+  auto* watcher = new QFutureWatcher<BackendInfo>(this);
+  connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, generation] {
+    watcher->deleteLater();
+    if (generation != probeGeneration_) return;
+    const BackendInfo info = watcher->result();
+    emit backendChanged(info.description, info.note);
+  });
+  watcher->setFuture(QtConcurrent::run(&ioPool_, probeJob, backend, threads));
+}
+
+bool Controller::exportFile(ExportKind kind, const QString& path, int row) {
+  try {
+    if (!outcome_)
+      throw InvalidArgument("there is no result to export yet: run a segmentation first");
+    const RunOutcome& o = *outcome_;
+    if (row < 0 || row >= o.rowCount())
+      throw InvalidArgument("row " + std::to_string(row) + " is not in the results table");
+    const KMeansResult& r = o.result(row);
+    const std::filesystem::path p = toPath(path);
+    const int k = o.params.workflow.kmeans.k;
+    switch (kind) {
+      case ExportKind::LabelMap:
+        writeLabelPng(p, r.labels, o.width(), o.height(), k, o.palette);
+        break;
+      case ExportKind::ColorMap:
+        writeColorPng(p, r.labels, o.width(), o.height(), o.palette);
+        break;
+      case ExportKind::Mask: {
+        const Comparison* c = o.comparison(row);
+        if (!c)
+          throw InvalidArgument(
+              "the fp64 reference has no disagreement mask: select a mode's row first");
+        writeMaskPng(p, c->mask, o.width(), o.height());
+        break;
+      }
+      case ExportKind::ReportJson:
+        writeFileAtomic(p, reportJson(makeReport(o)));
+        break;
+      case ExportKind::ReportCsv:
+        writeFileAtomic(p, reportCsv(makeReport(o)));
+        break;
+    }
+    return true;
+  } catch (const std::bad_alloc&) {
+    const UserError e = outOfMemory();
+    emit errorOccurred(e.title, e.text, e.advice);
+  } catch (const kmseg::IoError& e) {
+    emit errorOccurred(tr("Cannot export %1").arg(path), QString::fromUtf8(e.what()),
+                       tr("Choose a folder you can write to and a file name that is not a folder, "
+                          "then export again."));
+  } catch (const std::exception& e) {
+    emit errorOccurred(tr("Cannot export %1").arg(path), QString::fromUtf8(e.what()), QString());
+  }
+  return false;
+}
+
+}  // namespace kmseg::gui

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// The controller of kmseg-gui: owns the loaded image, the background runs and the latest result;
+// widgets render what it holds and call it, and the core library computes (STYLE rule 13).
+
+#include <QImage>
+#include <QObject>
+#include <QString>
+#include <QThreadPool>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gui_params.h"
+#include "kmseg/export.h"
+#include "kmseg/image.h"
+#include "kmseg/workflow.h"
+
+namespace kmseg::gui {
+
+/// A decoded image and its display copy. Immutable once loaded; shared with running jobs.
+struct LoadedImage {
+  QString path;
+  kmseg::Image image;  ///< what the features are built from
+  QImage display;      ///< the same pixels as a QImage
+  double decodeSeconds = 0.0;
+};
+
+/// The result of one run: the workflow's output plus what produced it. Row 0 of every table is
+/// the fp64 reference, rows 1.. the requested modes in order.
+struct RunOutcome {
+  std::shared_ptr<const LoadedImage> image;
+  GuiParams params;
+  std::vector<Mode> modes;  ///< one mode for "Run", all nine for "Compare all modes"
+  bool allModes = false;
+  WorkflowResult workflow;
+  std::string backendNote;  ///< why Auto did not give the GPU; empty otherwise
+  double featureSeconds = 0.0;
+  std::vector<Rgb8> palette;  ///< makePalette(min(K, 65536), params.palette)
+
+  int width() const { return image ? image->image.width : 0; }
+  int height() const { return image ? image->image.height : 0; }
+  int rowCount() const { return 1 + int(modes.size()); }
+  /// The run shown in table row `row` (0 = reference).
+  const KMeansResult& result(int row) const;
+  /// Its comparison with the reference; null for row 0.
+  const Comparison* comparison(int row) const;
+  /// "fp64 reference" for row 0, else the mode name.
+  QString rowName(int row) const;
+  /// The row of `mode`, or -1 when it was not run.
+  int rowOf(Mode mode) const;
+};
+
+/// Progress of the current run, once per Lloyd iteration.
+struct RunProgress {
+  int job = 0;       ///< the id startRun() returned
+  int run = 0;       ///< 0 = the reference, then 1..runCount-1
+  int runCount = 0;  ///< 1 + number of modes
+  QString name;      ///< "fp64 reference" or the mode name
+  int iteration = 0;
+  int maxIterations = 0;
+  qint64 changed = 0;            ///< labels changed in this iteration
+  double fallbackPercent = 0.0;  ///< fallbacks / distance evaluations in this iteration, in %
+};
+
+/// Coordinates image loading, background runs, results and exports. Lives in, and is called
+/// from, the GUI thread; its signals are emitted there. Workers run on its own thread pools and
+/// talk back only through QFuture results (queued to this thread by QFutureWatcher).
+class Controller : public QObject {
+  Q_OBJECT
+
+ public:
+  /// What exportFile() writes.
+  enum class ExportKind { LabelMap, ColorMap, Mask, ReportJson, ReportCsv };
+
+  /// Registers the CUDA engine when this build has it.
+  explicit Controller(QObject* parent = nullptr);
+  /// Cancels every job and waits for the workers to return.
+  ~Controller() override;
+
+  /// Decodes `path` in the background (pixel limit `maxPixels`). On success the image replaces
+  /// the current one, active runs are cancelled, the result is cleared and imageLoaded() is
+  /// emitted; on failure errorOccurred() is emitted and everything shown is kept.
+  void openImage(const QString& path, std::uint64_t maxPixels = kDefaultMaxPixels);
+  /// True while an image is being decoded.
+  bool isLoading() const { return loading_ > 0; }
+
+  /// Starts a run on the current image: the fp64 reference and `params.mode`, or all nine modes
+  /// when `allModes`. A run still active is cancelled (its result is discarded). Returns the
+  /// job id, or 0 (with errorOccurred()) when no image is loaded.
+  int startRun(const GuiParams& params, bool allModes);
+  /// Asks every active run to stop; each takes effect within one iteration and ends with
+  /// runCancelled(). The current result is kept.
+  void cancel();
+  /// True while any run is active (including cancelled runs that have not returned yet).
+  bool isBusy() const { return !jobs_.empty(); }
+  /// Runs not yet returned.
+  int activeJobs() const { return int(jobs_.size()); }
+
+  /// Finds the engine `backend` gives, in the background; emits backendChanged().
+  void probeBackend(Backend backend, int threads);
+
+  /// The current image; null before the first successful openImage().
+  std::shared_ptr<const LoadedImage> image() const { return image_; }
+  /// The latest finished run; null before the first one and after a new image is loaded.
+  std::shared_ptr<const RunOutcome> outcome() const { return outcome_; }
+
+  /// Writes `kind` for table row `row` of the current result to `path` through the core's
+  /// atomic writers. Returns false and emits errorOccurred() on failure.
+  bool exportFile(ExportKind kind, const QString& path, int row);
+
+ signals:
+  /// image() now holds `path`.
+  void imageLoaded(const QString& path);
+  /// A run started: the reference plus runCount - 1 modes.
+  void runStarted(int job, int runCount);
+  /// One Lloyd iteration of the newest run.
+  void progressed(const kmseg::gui::RunProgress& progress);
+  /// outcome() now holds the result of `job`.
+  void runFinished(int job);
+  /// `job` ended without a result (cancelled, or superseded by a newer run).
+  void runCancelled(int job);
+  /// `job` failed; errorOccurred() said why.
+  void runFailed(int job);
+  /// isBusy() changed.
+  void busyChanged(bool busy);
+  /// The engine a run uses (or would use): its description and why Auto fell back, if it did.
+  void backendChanged(const QString& description, const QString& note);
+  /// Something failed: what happened and what the user can do about it.
+  void errorOccurred(const QString& title, const QString& text, const QString& advice);
+
+ private:
+  struct Job;
+  void onRunResult(int id, int index);
+  void onRunEnded(int id);
+
+  QThreadPool runPool_;  ///< one run computes at a time; a new one queues behind a cancelled one
+  QThreadPool ioPool_;   ///< decoding and backend probes
+  std::map<int, std::unique_ptr<Job>> jobs_;
+  int lastJob_ = 0;
+  int loadGeneration_ = 0;
+  int probeGeneration_ = 0;
+  int loading_ = 0;
+  std::shared_ptr<const LoadedImage> image_;
+  std::shared_ptr<const RunOutcome> outcome_;
+};
+
+}  // namespace kmseg::gui
+
+Q_DECLARE_METATYPE(kmseg::gui::RunProgress)

@@ -1,0 +1,644 @@
+// SPDX-License-Identifier: MIT
+#include "main_window.h"
+
+#include <QAction>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHeaderView>
+#include <QKeySequence>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSettings>
+#include <QSlider>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTableView>
+#include <QTimer>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include "image_convert.h"
+#include "image_views.h"
+#include "legend_widget.h"
+#include "params_panel.h"
+#include "result_charts.h"
+#include "results_model.h"
+
+namespace kmseg::gui {
+
+namespace {
+
+constexpr int kMaxRecent = 8;
+constexpr int kProgressSteps = 1000;
+const QRgb kBoundaryColour = qRgb(255, 255, 255);
+
+QString localFile(const QMimeData* mime) {
+  if (!mime || !mime->hasUrls()) return {};
+  for (const QUrl& url : mime->urls())
+    if (url.isLocalFile()) return url.toLocalFile();
+  return {};
+}
+
+QString modeTag(const QString& name) {
+  QString tag = name;
+  return tag.replace('>', '-');
+}
+
+}  // namespace
+
+MainWindow::MainWindow(const Options& options, QWidget* parent)
+    : QMainWindow(parent), options_(options) {
+  setWindowTitle(tr("kmseg"));
+  setAcceptDrops(true);
+  controller_ = new Controller(this);
+  model_ = new ResultsModel(this);
+  buildLayout();
+  buildActions();
+
+  if (options_.useSettings) {
+    QSettings s;
+    params_->setParams(loadParams(s));
+    recent_ = s.value("recentFiles").toStringList();
+    lastDir_ = s.value("lastDirectory").toString();
+    restoreGeometry(s.value("window/geometry").toByteArray());
+    stateRestored_ = restoreState(s.value("window/state").toByteArray());
+    split_->restoreState(s.value("window/split").toByteArray());
+    topSplit_->restoreState(s.value("window/topSplit").toByteArray());
+    bottomSplit_->restoreState(s.value("window/bottomSplit").toByteArray());
+  }
+  rebuildRecentMenu();
+
+  connect(controller_, &Controller::imageLoaded, this, &MainWindow::onImageLoaded);
+  connect(controller_, &Controller::progressed, this, &MainWindow::onProgress);
+  connect(controller_, &Controller::runFinished, this, &MainWindow::onRunFinished);
+  connect(controller_, &Controller::runCancelled, this, [this] {
+    if (!controller_->isBusy())
+      progressLabel_->setText(tr("Cancelled; the results shown are kept"));
+  });
+  connect(controller_, &Controller::runFailed, this, [this] {
+    if (!controller_->isBusy()) progressLabel_->setText(tr("The run failed"));
+  });
+  connect(controller_, &Controller::busyChanged, this, &MainWindow::onBusyChanged);
+  connect(controller_, &Controller::backendChanged, this, &MainWindow::setBackendText);
+  connect(controller_, &Controller::errorOccurred, this, &MainWindow::showError);
+  connect(params_, &ParamsPanel::backendChanged, this, [this] {
+    const GuiParams p = params_->params();
+    controller_->probeBackend(p.backend, p.workflow.kmeans.threads);
+  });
+  connect(params_, &ParamsPanel::resetRequested, this,
+          [this] { params_->setParams(defaultParams()); });
+  connect(params_->runButton(), &QPushButton::clicked, this, &MainWindow::runSelected);
+  connect(params_->compareButton(), &QPushButton::clicked, this, &MainWindow::compareAll);
+  connect(params_->cancelButton(), &QPushButton::clicked, this, &MainWindow::cancelRun);
+  connect(views_, &ImageViews::hovered, this, &MainWindow::showPixel);
+  connect(views_, &ImageViews::zoomChanged, this,
+          [this](double zoom) { zoomLabel_->setText(tr("%1 %").arg(zoom * 100.0, 0, 'f', 0)); });
+  connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+          [this](const QModelIndex& current) { showRow(current.isValid() ? current.row() : -1); });
+
+  const GuiParams p = params_->params();
+  setBackendText(tr("finding the backend…"), QString());
+  controller_->probeBackend(p.backend, p.workflow.kmeans.threads);
+  onBusyChanged(false);
+}
+
+MainWindow::~MainWindow() {
+  // The controller (a child) cancels its runs and waits for them before the widgets go.
+  delete controller_;
+}
+
+void MainWindow::buildLayout() {
+  views_ = new ImageViews(this);
+
+  table_ = new QTableView(this);
+  table_->setModel(model_);
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->setSelectionMode(QAbstractItemView::SingleSelection);
+  table_->verticalHeader()->setVisible(false);
+  table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
+  table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  table_->horizontalHeader()->setStretchLastSection(true);
+  table_->setAlternatingRowColors(true);
+  table_->setToolTip(tr("Select a row to show that run's labels and disagreement mask"));
+
+  charts_ = new ResultCharts(this);
+  legend_ = new LegendWidget(this);
+  auto* legendBox = new QWidget(this);
+  auto* legendLayout = new QVBoxLayout(legendBox);
+  legendLayout->setContentsMargins(0, 0, 0, 0);
+  legendLayout->setSpacing(1);
+  auto* legendTitle = new QLabel(tr("Legend: fp64 clusters"), legendBox);
+  legendTitle->setContentsMargins(4, 0, 4, 0);
+  legendLayout->addWidget(legendTitle);
+  legendLayout->addWidget(legend_, 1);
+
+  // Top: the views and the charts; bottom: the results table and the legend.
+  topSplit_ = new QSplitter(Qt::Horizontal, this);
+  topSplit_->addWidget(views_);
+  topSplit_->addWidget(charts_);
+  topSplit_->setStretchFactor(0, 3);
+  topSplit_->setStretchFactor(1, 2);
+  bottomSplit_ = new QSplitter(Qt::Horizontal, this);
+  bottomSplit_->addWidget(table_);
+  bottomSplit_->addWidget(legendBox);
+  bottomSplit_->setStretchFactor(0, 5);
+  bottomSplit_->setStretchFactor(1, 1);
+  split_ = new QSplitter(Qt::Vertical, this);
+  split_->addWidget(topSplit_);
+  split_->addWidget(bottomSplit_);
+  split_->setStretchFactor(0, 4);
+  split_->setStretchFactor(1, 3);
+  setCentralWidget(split_);
+
+  params_ = new ParamsPanel(this);
+  auto* scroll = new QScrollArea(this);
+  scroll->setWidget(params_);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  scroll->setMinimumWidth(params_->minimumSizeHint().width() +
+                          scroll->style()->pixelMetric(QStyle::PM_ScrollBarExtent));
+  paramsDock_ = new QDockWidget(tr("Parameters"), this);
+  paramsDock_->setObjectName(QStringLiteral("parametersDock"));
+  paramsDock_->setWidget(scroll);
+  paramsDock_->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
+  addDockWidget(Qt::LeftDockWidgetArea, paramsDock_);
+
+  progressLabel_ = new QLabel(this);
+  progressBar_ = new QProgressBar(this);
+  progressBar_->setMaximumWidth(160);
+  progressBar_->setTextVisible(false);
+  pixelLabel_ = new QLabel(this);
+  pixelLabel_->setToolTip(tr("The pixel under the cursor and its label in each view"));
+  sizeLabel_ = new QLabel(tr("no image"), this);
+  backendLabel_ = new QLabel(this);
+  statusBar()->addWidget(progressLabel_, 1);
+  statusBar()->addWidget(progressBar_);
+  statusBar()->addPermanentWidget(pixelLabel_);
+  statusBar()->addPermanentWidget(sizeLabel_);
+  statusBar()->addPermanentWidget(backendLabel_);
+}
+
+void MainWindow::buildActions() {
+  auto* file = menuBar()->addMenu(tr("&File"));
+  auto* openAction = file->addAction(tr("&Open…"), this, &MainWindow::openDialog);
+  openAction->setShortcut(QKeySequence::Open);
+  recentMenu_ = file->addMenu(tr("Open &Recent"));
+  file->addSeparator();
+  auto* exportMenu = file->addMenu(tr("&Export"));
+  struct ExportItem {
+    QString text;
+    Controller::ExportKind kind;
+  };
+  const ExportItem items[] = {
+      {tr("&Label map (exact ids)…"), Controller::ExportKind::LabelMap},
+      {tr("&Colour PNG…"), Controller::ExportKind::ColorMap},
+      {tr("Disagreement &mask…"), Controller::ExportKind::Mask},
+      {tr("Report (&JSON)…"), Controller::ExportKind::ReportJson},
+      {tr("Report (&CSV)…"), Controller::ExportKind::ReportCsv},
+  };
+  for (const ExportItem& item : items) {
+    const auto kind = item.kind;
+    exportActions_.append(
+        exportMenu->addAction(item.text, this, [this, kind] { exportDialog(kind); }));
+  }
+  exportActions_.append(
+      exportMenu->addAction(tr("Current &view as shown…"), this, &MainWindow::exportViewDialog));
+  file->addSeparator();
+  auto* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence::Quit);
+
+  auto* run = menuBar()->addMenu(tr("&Run"));
+  runAction_ = run->addAction(tr("&Run selected mode"), this, &MainWindow::runSelected);
+  runAction_->setShortcut(Qt::Key_F5);
+  compareAction_ = run->addAction(tr("&Compare all modes"), this, &MainWindow::compareAll);
+  compareAction_->setShortcut(Qt::Key_F6);
+  cancelAction_ = run->addAction(tr("C&ancel"), this, &MainWindow::cancelRun);
+  cancelAction_->setShortcut(Qt::Key_Escape);
+
+  auto* view = menuBar()->addMenu(tr("&View"));
+  auto* zoomIn = view->addAction(tr("Zoom &in"), views_, &ImageViews::zoomIn);
+  zoomIn->setShortcuts({QKeySequence::ZoomIn, QKeySequence(Qt::CTRL | Qt::Key_Equal)});
+  auto* zoomOut = view->addAction(tr("Zoom &out"), views_, &ImageViews::zoomOut);
+  zoomOut->setShortcut(QKeySequence::ZoomOut);
+  auto* fit = view->addAction(tr("&Fit"), views_, &ImageViews::fitToWindow);
+  fit->setShortcut(Qt::CTRL | Qt::Key_0);
+  auto* actual = view->addAction(tr("&100 %"), views_, &ImageViews::actualSize);
+  actual->setShortcut(Qt::CTRL | Qt::Key_1);
+  view->addSeparator();
+  linkAction_ = view->addAction(tr("&Link views"));
+  linkAction_->setCheckable(true);
+  linkAction_->setChecked(true);
+  linkAction_->setShortcut(Qt::Key_L);
+  linkAction_->setIconText(tr("Link"));
+  linkAction_->setToolTip(tr("Zoom and pan all views together (L)"));
+  connect(linkAction_, &QAction::toggled, views_, &ImageViews::setLinked);
+  overlayAction_ = view->addAction(tr("Label &overlay on the photo"));
+  overlayAction_->setCheckable(true);
+  overlayAction_->setShortcut(Qt::Key_O);
+  overlayAction_->setIconText(tr("Overlay"));
+  overlayAction_->setToolTip(tr("Show the selected mode's labels over the photo (O)"));
+  connect(overlayAction_, &QAction::toggled, views_, &ImageViews::setOverlayVisible);
+  boundariesAction_ = view->addAction(tr("Cluster &boundaries"));
+  boundariesAction_->setCheckable(true);
+  boundariesAction_->setShortcut(Qt::Key_B);
+  boundariesAction_->setIconText(tr("Boundaries"));
+  boundariesAction_->setToolTip(tr("Draw pixels whose 4-neighbour has another label (B)"));
+  connect(boundariesAction_, &QAction::toggled, views_, &ImageViews::setBoundariesVisible);
+
+  auto* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&About kmseg"), this, [this] {
+    QMessageBox::about(
+        this, tr("About kmseg"),
+        tr("<b>kmseg</b> segments photos with k-means at a floating-point precision you choose "
+           "and compares every label map with an fp64 reference."));
+  });
+
+  auto* tools = addToolBar(tr("Main"));
+  tools->setObjectName(QStringLiteral("mainToolBar"));
+  tools->addAction(openAction);
+  tools->addAction(runAction_);
+  tools->addAction(compareAction_);
+  tools->addAction(cancelAction_);
+  tools->addSeparator();
+  tools->addAction(zoomIn);
+  tools->addAction(zoomOut);
+  tools->addAction(fit);
+  tools->addAction(actual);
+  zoomLabel_ = new QLabel(tr("100 %"), this);
+  zoomLabel_->setMinimumWidth(
+      zoomLabel_->fontMetrics().horizontalAdvance(QStringLiteral("6400 %")));
+  zoomLabel_->setAlignment(Qt::AlignCenter);
+  tools->addWidget(zoomLabel_);
+  tools->addAction(linkAction_);
+  tools->addSeparator();
+  tools->addAction(overlayAction_);
+  opacity_ = new QSlider(Qt::Horizontal, this);
+  opacity_->setRange(0, 100);
+  opacity_->setValue(50);
+  opacity_->setMaximumWidth(110);
+  opacity_->setToolTip(tr("Opacity of the label overlay"));
+  connect(opacity_, &QSlider::valueChanged, views_,
+          [this](int v) { views_->setOverlayOpacity(v / 100.0); });
+  tools->addWidget(new QLabel(tr(" opacity "), this));
+  tools->addWidget(opacity_);
+  tools->addAction(boundariesAction_);
+  views_->setOverlayOpacity(opacity_->value() / 100.0);
+}
+
+void MainWindow::openDialog() {
+  QStringList patterns;
+  for (const char* ext :
+       {"jpg", "jpeg", "png", "bmp", "gif", "tga", "psd", "hdr", "pic", "pnm", "ppm", "pgm"})
+    patterns << QStringLiteral("*.%1").arg(QLatin1String(ext));
+  const QString path = QFileDialog::getOpenFileName(
+      this, tr("Open image"), lastDir_,
+      tr("Images (%1);;All files (*)").arg(patterns.join(QLatin1Char(' '))));
+  if (!path.isEmpty()) openFile(path);
+}
+
+void MainWindow::openFile(const QString& path) {
+  progressLabel_->setText(tr("Opening %1…").arg(QFileInfo(path).fileName()));
+  controller_->openImage(path, params_->params().maxPixels);
+}
+
+void MainWindow::onImageLoaded(const QString& path) {
+  const auto image = controller_->image();
+  setWindowTitle(tr("kmseg — %1").arg(QFileInfo(path).fileName()));
+  views_->setOriginal(image->display);
+  model_->setOutcome(nullptr);
+  charts_->setOutcome(nullptr);
+  legend_->clearClusters();
+  shownRow_ = -1;
+  const int w = image->image.width, h = image->image.height;
+  sizeLabel_->setText(tr("%1 × %2 px (%3 MP%4)")
+                          .arg(w)
+                          .arg(h)
+                          .arg(double(w) * h / 1e6, 0, 'f', 2)
+                          .arg(image->image.bitDepth == 16 ? tr(", 16-bit") : QString()));
+  progressLabel_->setText(tr("Opened %1").arg(path));
+  addRecent(path);
+  lastDir_ = QFileInfo(path).absolutePath();
+  QTimer::singleShot(0, views_, &ImageViews::fitToWindow);
+}
+
+void MainWindow::runSelected() {
+  saveSettings();
+  if (controller_->startRun(params_->params(), false) > 0) progressLabel_->setText(tr("Running…"));
+}
+
+void MainWindow::compareAll() {
+  saveSettings();
+  if (controller_->startRun(params_->params(), true) > 0)
+    progressLabel_->setText(tr("Comparing all modes…"));
+}
+
+void MainWindow::cancelRun() {
+  if (!controller_->isBusy()) return;
+  controller_->cancel();
+  progressLabel_->setText(tr("Cancelling…"));
+}
+
+void MainWindow::onProgress(const RunProgress& p) {
+  const int maxIter = std::max(1, p.maxIterations);
+  progressBar_->setRange(0, p.runCount * kProgressSteps);
+  progressBar_->setValue(p.run * kProgressSteps +
+                         int(qint64(kProgressSteps) * std::min(p.iteration, maxIter) / maxIter));
+  progressLabel_->setText(tr("[%1/%2] %3 · iteration %4 · changed %5 · fallback %6 %")
+                              .arg(p.run + 1)
+                              .arg(p.runCount)
+                              .arg(p.name)
+                              .arg(p.iteration)
+                              .arg(QLocale().toString(p.changed))
+                              .arg(p.fallbackPercent, 0, 'f', 2));
+}
+
+void MainWindow::onRunFinished() {
+  const auto outcome = controller_->outcome();
+  model_->setOutcome(outcome);
+  charts_->setOutcome(outcome);
+  shownRow_ = -1;
+  int row = outcome->rowOf(outcome->params.mode);
+  if (row < 0) row = outcome->rowCount() > 1 ? 1 : 0;
+  selectRow(row);
+  double total = outcome->workflow.reference.seconds;
+  for (const auto& m : outcome->workflow.modes) total += m.result.seconds;
+  progressLabel_->setText(tr("Done: %1 run(s), %2 s of Lloyd iterations")
+                              .arg(outcome->rowCount())
+                              .arg(total, 0, 'f', 2));
+}
+
+void MainWindow::onBusyChanged(bool busy) {
+  progressBar_->setVisible(busy);
+  if (busy) {
+    progressBar_->setRange(0, 0);
+    progressBar_->setValue(0);
+  }
+  cancelAction_->setEnabled(busy);
+  params_->cancelButton()->setEnabled(busy);
+  const bool have = controller_->outcome() != nullptr;
+  for (QAction* a : exportActions_) a->setEnabled(have);
+}
+
+int MainWindow::selectedRow() const {
+  const QModelIndex i = table_->selectionModel()->currentIndex();
+  return i.isValid() ? i.row() : -1;
+}
+
+void MainWindow::selectRow(int row) {
+  if (row < 0 || row >= model_->rowCount()) return;
+  table_->selectionModel()->setCurrentIndex(
+      model_->index(row, 0), QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  showRow(row);
+}
+
+void MainWindow::showRow(int row) {
+  const auto o = model_->outcome();
+  for (QAction* a : exportActions_) a->setEnabled(o != nullptr);
+  if (!o || row < 0 || row >= o->rowCount()) {
+    views_->clearResult();
+    legend_->clearClusters();
+    shownRow_ = -1;
+    return;
+  }
+  if (row == shownRow_) return;
+  shownRow_ = row;
+  const int w = o->width(), h = o->height();
+  const KMeansResult& r = o->result(row);
+  const Comparison* c = o->comparison(row);
+  const auto& ref = o->workflow.reference;
+  // Candidate ids are drawn in the colour of the reference cluster they are matched to.
+  const QImage modeLabels =
+      renderLabels(r.labels, w, h, o->palette, c ? c->mapping : std::vector<int>{});
+  const QImage refLabels = renderLabels(ref.labels, w, h, o->palette);
+  const QImage mask = c ? renderMask(c->mask, w, h) : QImage();
+  views_->setResult(tr("%1 labels (colours matched to fp64)").arg(o->rowName(row)), modeLabels,
+                    refLabels, mask, renderBoundaries(r.labels, w, h, kBoundaryColour),
+                    renderBoundaries(ref.labels, w, h, kBoundaryColour));
+  if (!o->workflow.modes.empty()) {
+    const Comparison& any = o->workflow.modes.front().comparison;
+    legend_->setClusters(o->palette, any.clusterSize,
+                         c ? c->clusterDiffPercent : std::vector<double>{});
+  }
+}
+
+QString MainWindow::pixelText() const {
+  return pixelLabel_->text();
+}
+
+QString MainWindow::sizeText() const {
+  return sizeLabel_->text();
+}
+
+QString MainWindow::backendText() const {
+  return backendLabel_->text();
+}
+
+void MainWindow::showPixel(QPoint pixel) {
+  const auto image = controller_->image();
+  if (!image || pixel.x() < 0) {
+    pixelLabel_->clear();
+    return;
+  }
+  const int w = image->image.width;
+  const std::size_t i = std::size_t(pixel.y()) * std::size_t(w) + std::size_t(pixel.x());
+  QString text = tr("x %1 y %2 · RGB %3,%4,%5")
+                     .arg(pixel.x())
+                     .arg(pixel.y())
+                     .arg(image->image.sample(i, 0))
+                     .arg(image->image.sample(i, 1))
+                     .arg(image->image.sample(i, 2));
+  const auto o = model_->outcome();
+  if (o && o->image == image && shownRow_ >= 0) {
+    const KMeansResult& r = o->result(shownRow_);
+    const Comparison* c = o->comparison(shownRow_);
+    const int label = r.labels[i];
+    const int refLabel = o->workflow.reference.labels[i];
+    if (c) {
+      text += tr(" · %1: %2 (≙ ref %3)")
+                  .arg(o->rowName(shownRow_))
+                  .arg(label)
+                  .arg(c->mapping[std::size_t(label)]);
+    } else {
+      text += tr(" · %1: %2").arg(o->rowName(shownRow_)).arg(label);
+    }
+    text += tr(" · fp64: %1").arg(refLabel);
+    if (c) text += c->mask[i] ? tr(" · differs") : tr(" · agrees");
+  }
+  pixelLabel_->setText(text);
+}
+
+void MainWindow::setBackendText(const QString& description, const QString& note) {
+  const QString full = note.isEmpty() ? description : tr("%1 — %2").arg(description, note);
+  backendLabel_->setText(backendLabel_->fontMetrics().elidedText(full, Qt::ElideRight, 420));
+  backendLabel_->setToolTip(full);
+}
+
+QMessageBox* MainWindow::showError(const QString& title, const QString& text,
+                                   const QString& advice) {
+  lastError_ = title + QStringLiteral(": ") + text;
+  progressLabel_->setText(title);
+  // One dialog at a time: a new error replaces the one still open.
+  if (errorBox_) errorBox_->close();
+  auto* box = new QMessageBox(QMessageBox::Warning, title, text, QMessageBox::Ok, this);
+  box->setInformativeText(advice);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->setObjectName(QStringLiteral("errorBox"));
+  errorBox_ = box;
+  box->open();
+  return box;
+}
+
+QString MainWindow::suggestedName(const QString& suffix, bool withMode) const {
+  const auto o = model_->outcome();
+  const QString stem = o ? QFileInfo(o->image->path).completeBaseName() : QStringLiteral("kmseg");
+  const int row = selectedRow();
+  const QString tag = !o || row < 0 || !withMode ? QString()
+                      : row == 0                 ? QStringLiteral("reference")
+                                                 : modeTag(o->rowName(row));
+  const QString name = tag.isEmpty() ? stem + suffix : stem + '.' + tag + suffix;
+  return lastDir_.isEmpty() ? name : lastDir_ + '/' + name;
+}
+
+void MainWindow::exportDialog(Controller::ExportKind kind) {
+  // Reports are named as `kmseg compare` and `kmseg segment` name them.
+  const auto o = model_->outcome();
+  const QString reportSuffix =
+      o && o->allModes ? QStringLiteral(".compare") : QStringLiteral(".segment");
+  QString suffix, filter;
+  switch (kind) {
+    case Controller::ExportKind::LabelMap:
+      suffix = QStringLiteral(".labels.png");
+      filter = tr("PNG images (*.png)");
+      break;
+    case Controller::ExportKind::ColorMap:
+      suffix = QStringLiteral(".color.png");
+      filter = tr("PNG images (*.png)");
+      break;
+    case Controller::ExportKind::Mask:
+      suffix = QStringLiteral(".mask.png");
+      filter = tr("PNG images (*.png)");
+      break;
+    case Controller::ExportKind::ReportJson:
+      suffix = reportSuffix + QStringLiteral(".json");
+      filter = tr("JSON (*.json)");
+      break;
+    case Controller::ExportKind::ReportCsv:
+      suffix = reportSuffix + QStringLiteral(".csv");
+      filter = tr("CSV (*.csv)");
+      break;
+  }
+  // A report covers every run, so its name carries no mode.
+  const bool report =
+      kind == Controller::ExportKind::ReportJson || kind == Controller::ExportKind::ReportCsv;
+  const QString path =
+      QFileDialog::getSaveFileName(this, tr("Export"), suggestedName(suffix, !report), filter);
+  if (!path.isEmpty()) exportTo(kind, path);
+}
+
+bool MainWindow::exportTo(Controller::ExportKind kind, const QString& path) {
+  const int row = selectedRow();
+  if (!controller_->exportFile(kind, path, row < 0 ? 0 : row)) return false;
+  lastDir_ = QFileInfo(path).absolutePath();
+  progressLabel_->setText(tr("Wrote %1").arg(path));
+  return true;
+}
+
+void MainWindow::exportViewDialog() {
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export the views as shown"),
+                                                    suggestedName(QStringLiteral(".view.png")),
+                                                    tr("PNG images (*.png);;JPEG (*.jpg)"));
+  if (!path.isEmpty()) exportViewTo(path);
+}
+
+bool MainWindow::exportViewTo(const QString& path) {
+  QString error;
+  if (!saveImageAtomic(views_->grab().toImage(), path, &error)) {
+    showError(tr("Cannot export %1").arg(path), error,
+              tr("Choose a folder you can write to and a file name that is not a folder, then "
+                 "export again."));
+    return false;
+  }
+  lastDir_ = QFileInfo(path).absolutePath();
+  progressLabel_->setText(tr("Wrote %1").arg(path));
+  return true;
+}
+
+void MainWindow::addRecent(const QString& path) {
+  const QString abs = QFileInfo(path).absoluteFilePath();
+  recent_.removeAll(abs);
+  recent_.prepend(abs);
+  while (recent_.size() > kMaxRecent) recent_.removeLast();
+  if (options_.useSettings) QSettings().setValue("recentFiles", recent_);
+  rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+  recentMenu_->clear();
+  for (const QString& path : recent_)
+    recentMenu_->addAction(QFileInfo(path).fileName(), this, [this, path] { openFile(path); })
+        ->setToolTip(path);
+  recentMenu_->setEnabled(!recent_.isEmpty());
+  if (recent_.isEmpty()) return;
+  recentMenu_->addSeparator();
+  recentMenu_->addAction(tr("Clear the list"), this, [this] {
+    recent_.clear();
+    if (options_.useSettings) QSettings().setValue("recentFiles", recent_);
+    rebuildRecentMenu();
+  });
+}
+
+void MainWindow::saveSettings() {
+  if (!options_.useSettings) return;
+  QSettings s;
+  saveParams(s, params_->params());
+  s.setValue("recentFiles", recent_);
+  s.setValue("lastDirectory", lastDir_);
+}
+
+void MainWindow::showEvent(QShowEvent* event) {
+  QMainWindow::showEvent(event);
+  if (!firstShow_) return;
+  firstShow_ = false;
+  // As narrow as the panel allows (unless the user's layout was restored): the views and the
+  // table need the width more. Docks can only be resized once the window is laid out.
+  if (!stateRestored_)
+    resizeDocks({paramsDock_}, {paramsDock_->minimumSizeHint().width()}, Qt::Horizontal);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  if (!localFile(event->mimeData()).isEmpty()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  const QString path = localFile(event->mimeData());
+  if (path.isEmpty()) return;
+  event->acceptProposedAction();
+  openFile(path);
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  controller_->cancel();
+  saveSettings();
+  if (options_.useSettings) {
+    QSettings s;
+    s.setValue("window/geometry", saveGeometry());
+    s.setValue("window/state", saveState());
+    s.setValue("window/split", split_->saveState());
+    s.setValue("window/topSplit", topSplit_->saveState());
+    s.setValue("window/bottomSplit", bottomSplit_->saveState());
+  }
+  QMainWindow::closeEvent(event);
+}
+
+}  // namespace kmseg::gui

@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: MIT
+#include "params_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QDoubleValidator>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QRegularExpressionValidator>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <limits>
+
+namespace kmseg::gui {
+
+namespace {
+
+QString qs(std::string_view s) {
+  return QString::fromUtf8(s.data(), qsizetype(s.size()));
+}
+
+void selectData(QComboBox* box, const QString& value) {
+  const int i = box->findData(value);
+  if (i >= 0) box->setCurrentIndex(i);
+}
+
+std::string dataOf(const QComboBox* box) {
+  return box->currentData().toString().toStdString();
+}
+
+}  // namespace
+
+ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
+  auto* form = new QFormLayout;
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  form->setVerticalSpacing(4);
+
+  k_ = new QSpinBox(this);
+  k_->setRange(1, 65536);
+  k_->setToolTip(tr("Number of clusters K (at most the number of distinct pixels)"));
+  form->addRow(tr("&K"), k_);
+
+  mode_ = new QComboBox(this);
+  for (Mode m : kAllModes) mode_->addItem(qs(modeName(m)), qs(modeName(m)));
+  mode_->setToolTip(
+      tr("Precision mode of Run: fp64 fp32 fp16 bf16 compute every distance in that precision; "
+         "a>b computes in a and falls back to b where the reliability test fails"));
+  form->addRow(tr("&Mode"), mode_);
+
+  rho_ = new QDoubleSpinBox(this);
+  rho_->setRange(2.01, 1000.0);
+  rho_->setDecimals(2);
+  rho_->setSingleStep(0.5);
+  rho_->setToolTip(tr("Safety factor ρ of the reliability test of the mixed modes (> 2)"));
+  form->addRow(tr("&ρ (rho)"), rho_);
+
+  working_ = new QComboBox(this);
+  working_->addItem(tr("auto"), QStringLiteral("auto"));
+  working_->addItem(QStringLiteral("fp32"), QStringLiteral("fp32"));
+  working_->addItem(QStringLiteral("fp64"), QStringLiteral("fp64"));
+  working_->setToolTip(
+      tr("Working precision of the data and the centroid update; auto is fp64 "
+         "for mode fp64 and fp32 otherwise"));
+  form->addRow(tr("&Working"), working_);
+
+  init_ = new QComboBox(this);
+  init_->addItem(tr("random points"), QStringLiteral("random"));
+  init_->addItem(tr("k-means++"), QStringLiteral("kmeans++"));
+  init_->setToolTip(tr("Initial centres; every mode of a comparison starts from the same ones"));
+  form->addRow(tr("&Init"), init_);
+
+  seed_ = new QLineEdit(this);
+  seed_->setValidator(
+      new QRegularExpressionValidator(QRegularExpression(QStringLiteral("[0-9]{1,19}")), seed_));
+  seed_->setToolTip(tr("Seed of the initial centres"));
+  form->addRow(tr("&Seed"), seed_);
+
+  maxIterations_ = new QSpinBox(this);
+  maxIterations_->setRange(1, 1000000);
+  maxIterations_->setToolTip(tr("Iteration cap t_max"));
+  form->addRow(tr("Max &iterations"), maxIterations_);
+
+  tolerance_ = new QLineEdit(this);
+  auto* tolValidator = new QDoubleValidator(0.0, 1.0, 30, tolerance_);
+  tolValidator->setNotation(QDoubleValidator::ScientificNotation);
+  tolValidator->setLocale(QLocale::c());
+  tolerance_->setValidator(tolValidator);
+  tolerance_->setToolTip(tr("Stop when the relative centre shift is below this (τ, >= 0)"));
+  form->addRow(tr("&Tolerance"), tolerance_);
+
+  cycles_ = new QCheckBox(tr("Stop on a 2-cycle of labels"), this);
+  cycles_->setToolTip(tr("Off reproduces the paper's stop rules exactly"));
+  form->addRow(cycles_);
+
+  colorSpace_ = new QComboBox(this);
+  colorSpace_->addItem(QStringLiteral("RGB"), QStringLiteral("rgb"));
+  colorSpace_->addItem(QStringLiteral("CIE Lab"), QStringLiteral("lab"));
+  form->addRow(tr("&Colour space"), colorSpace_);
+
+  normalization_ = new QComboBox(this);
+  normalization_->addItem(tr("min–max"), QStringLiteral("minmax"));
+  normalization_->addItem(tr("z-score"), QStringLiteral("zscore"));
+  form->addRow(tr("&Normalization"), normalization_);
+
+  spatialWeight_ = new QDoubleSpinBox(this);
+  spatialWeight_->setRange(0.0, 1000.0);
+  spatialWeight_->setDecimals(3);
+  spatialWeight_->setSingleStep(0.1);
+  spatialWeight_->setToolTip(
+      tr("Weight of the x, y columns after normalisation (0 ignores "
+         "position)"));
+  form->addRow(tr("Spatial &weight"), spatialWeight_);
+
+  backend_ = new QComboBox(this);
+  backend_->addItem(tr("Auto"), QStringLiteral("auto"));
+  backend_->addItem(tr("CUDA"), QStringLiteral("cuda"));
+  backend_->addItem(tr("CPU"), QStringLiteral("cpu"));
+  backend_->setToolTip(tr("Auto uses the GPU when one answers, else the CPU"));
+  form->addRow(tr("&Backend"), backend_);
+
+  threads_ = new QSpinBox(this);
+  threads_->setRange(0, 4096);
+  threads_->setSpecialValueText(tr("all cores"));
+  threads_->setToolTip(tr("CPU threads (0 = all cores)"));
+  form->addRow(tr("CPU t&hreads"), threads_);
+
+  palette_ = new QComboBox(this);
+  palette_->addItem(tr("distinct"), QStringLiteral("distinct"));
+  palette_->addItem(tr("colour-blind safe"), QStringLiteral("cb-safe"));
+  form->addRow(tr("&Palette"), palette_);
+
+  maxMegapixels_ = new QDoubleSpinBox(this);
+  maxMegapixels_->setRange(0.01, 10000.0);
+  maxMegapixels_->setDecimals(2);
+  maxMegapixels_->setSuffix(tr(" MP"));
+  maxMegapixels_->setToolTip(tr("Images with more pixels are refused (checked from the header)"));
+  form->addRow(tr("Pixel &limit"), maxMegapixels_);
+
+  run_ = new QPushButton(tr("Run"), this);
+  run_->setToolTip(tr("The fp64 reference and the selected mode (F5)"));
+  compare_ = new QPushButton(tr("Compare all modes"), this);
+  compare_->setToolTip(tr("The fp64 reference and all nine modes from the same centres (F6)"));
+  cancel_ = new QPushButton(tr("Cancel"), this);
+  cancel_->setToolTip(tr("Stop the run within one iteration (Esc)"));
+  cancel_->setEnabled(false);
+  reset_ = new QPushButton(tr("Reset to defaults"), this);
+  auto* buttons = new QGridLayout;
+  buttons->addWidget(run_, 0, 0);
+  buttons->addWidget(cancel_, 0, 1);
+  buttons->addWidget(compare_, 1, 0, 1, 2);
+  buttons->addWidget(reset_, 2, 0, 1, 2);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(form);
+  layout->addLayout(buttons);
+  layout->addStretch(1);
+
+  // Narrow combo boxes: the panel should not take width from the views.
+  for (QComboBox* box : findChildren<QComboBox*>()) {
+    box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    box->setMinimumContentsLength(9);
+  }
+
+  setParams(defaultParams());
+
+  auto changed = [this] { emit paramsChanged(); };
+  for (QComboBox* box : {mode_, working_, init_, colorSpace_, normalization_, palette_})
+    connect(box, &QComboBox::currentIndexChanged, this, changed);
+  for (QSpinBox* box : {k_, maxIterations_}) connect(box, &QSpinBox::valueChanged, this, changed);
+  for (QDoubleSpinBox* box : {rho_, spatialWeight_, maxMegapixels_})
+    connect(box, &QDoubleSpinBox::valueChanged, this, changed);
+  connect(seed_, &QLineEdit::textChanged, this, changed);
+  connect(tolerance_, &QLineEdit::textChanged, this, [this, changed] {
+    bool ok = false;
+    const double v = QLocale::c().toDouble(tolerance_->text(), &ok);
+    if (ok && std::isfinite(v) && v >= 0.0) lastTolerance_ = v;
+    changed();
+  });
+  connect(cycles_, &QCheckBox::toggled, this, changed);
+  connect(backend_, &QComboBox::currentIndexChanged, this, [this, changed] {
+    changed();
+    emit backendChanged();
+  });
+  connect(threads_, &QSpinBox::valueChanged, this, [this, changed] {
+    changed();
+    emit backendChanged();
+  });
+  connect(reset_, &QPushButton::clicked, this, &ParamsPanel::resetRequested);
+}
+
+GuiParams ParamsPanel::params() const {
+  GuiParams p = defaultParams();
+  auto& km = p.workflow.kmeans;
+  km.k = k_->value();
+  p.mode = parseMode(dataOf(mode_));
+  km.rho = rho_->value();
+  km.working = parseWorking(dataOf(working_));
+  p.workflow.init = parseInit(dataOf(init_));
+  bool ok = false;
+  const qulonglong seed = seed_->text().toULongLong(&ok);
+  if (ok) p.workflow.seed = seed;
+  km.maxIterations = maxIterations_->value();
+  km.tolerance = lastTolerance_;
+  km.detectCycles = cycles_->isChecked();
+  km.threads = threads_->value();
+  p.features.colorSpace = parseColorSpace(dataOf(colorSpace_));
+  p.features.normalization = parseNormalization(dataOf(normalization_));
+  p.features.spatialWeight = spatialWeight_->value();
+  p.backend = parseBackend(dataOf(backend_));
+  p.palette = parsePalette(dataOf(palette_));
+  p.maxPixels = std::uint64_t(std::llround(maxMegapixels_->value() * 1e6));
+  return p;
+}
+
+void ParamsPanel::setParams(const GuiParams& p) {
+  const auto& km = p.workflow.kmeans;
+  k_->setValue(km.k);
+  selectData(mode_, qs(modeName(p.mode)));
+  rho_->setValue(km.rho);
+  selectData(working_, qs(workingName(km.working)));
+  selectData(init_, qs(initName(p.workflow.init)));
+  seed_->setText(QString::number(qulonglong(p.workflow.seed)));
+  maxIterations_->setValue(km.maxIterations);
+  lastTolerance_ = km.tolerance;
+  tolerance_->setText(QLocale::c().toString(km.tolerance, 'g', 6));
+  cycles_->setChecked(km.detectCycles);
+  selectData(colorSpace_, qs(colorSpaceName(p.features.colorSpace)));
+  selectData(normalization_, qs(normalizationName(p.features.normalization)));
+  spatialWeight_->setValue(p.features.spatialWeight);
+  selectData(backend_, qs(backendName(p.backend)));
+  threads_->setValue(km.threads);
+  selectData(palette_, qs(paletteName(p.palette)));
+  maxMegapixels_->setValue(double(p.maxPixels) / 1e6);
+}
+
+}  // namespace kmseg::gui

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <QWidget>
+
+#include "gui_params.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLineEdit;
+class QPushButton;
+class QSpinBox;
+
+namespace kmseg::gui {
+
+/// The parameters side panel: one editor per run parameter, plus the Run, Compare all modes,
+/// Cancel and Reset to defaults buttons. It only edits values; the window decides what to do.
+class ParamsPanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  /// The editors, showing defaultParams().
+  explicit ParamsPanel(QWidget* parent = nullptr);
+
+  /// The values as edited (the tolerance keeps its last valid value while it is being typed).
+  GuiParams params() const;
+  /// Shows `params` in the editors.
+  void setParams(const GuiParams& params);
+
+  /// The buttons and some editors (for the window and the tests).
+  QPushButton* runButton() const { return run_; }
+  QPushButton* compareButton() const { return compare_; }
+  QPushButton* cancelButton() const { return cancel_; }
+  QPushButton* resetButton() const { return reset_; }
+  QComboBox* modeBox() const { return mode_; }
+  QComboBox* backendBox() const { return backend_; }
+  QSpinBox* kBox() const { return k_; }
+  QSpinBox* maxIterationsBox() const { return maxIterations_; }
+
+ signals:
+  /// Any value changed.
+  void paramsChanged();
+  /// The backend or the thread count changed.
+  void backendChanged();
+  void resetRequested();
+
+ private:
+  QSpinBox* k_ = nullptr;
+  QComboBox* mode_ = nullptr;
+  QDoubleSpinBox* rho_ = nullptr;
+  QComboBox* working_ = nullptr;
+  QComboBox* init_ = nullptr;
+  QLineEdit* seed_ = nullptr;
+  QSpinBox* maxIterations_ = nullptr;
+  QLineEdit* tolerance_ = nullptr;
+  QCheckBox* cycles_ = nullptr;
+  QComboBox* colorSpace_ = nullptr;
+  QComboBox* normalization_ = nullptr;
+  QDoubleSpinBox* spatialWeight_ = nullptr;
+  QComboBox* backend_ = nullptr;
+  QSpinBox* threads_ = nullptr;
+  QComboBox* palette_ = nullptr;
+  QDoubleSpinBox* maxMegapixels_ = nullptr;
+  QPushButton* run_ = nullptr;
+  QPushButton* compare_ = nullptr;
+  QPushButton* cancel_ = nullptr;
+  QPushButton* reset_ = nullptr;
+  double lastTolerance_ = 1e-8;
+};
+
+}  // namespace kmseg::gui

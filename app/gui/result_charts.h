@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <QTabWidget>
+
+#include <QPointF>
+
+#include <memory>
+#include <vector>
+
+#include "controller.h"
+
+class QAbstractSeries;
+class QChart;
+class QChartView;
+class QGraphicsSimpleTextItem;
+
+namespace kmseg::gui {
+
+/// Two Qt Charts of a result: time against Diff % per mode (a labelled scatter), and the labels
+/// changed per iteration of each run (convergence curves, logarithmic y axis).
+class ResultCharts : public QTabWidget {
+  Q_OBJECT
+
+ public:
+  /// Two empty charts, one per tab.
+  explicit ResultCharts(QWidget* parent = nullptr);
+
+  /// Plots `outcome`; null clears both charts.
+  void setOutcome(const std::shared_ptr<const RunOutcome>& outcome);
+
+  /// The charts (for the tests).
+  QChart* timeDiffChart() const { return timeDiff_; }
+  QChart* convergenceChart() const { return convergence_; }
+
+ private:
+  /// A point label of the time/Diff chart, drawn beside its point (not centred above it, as
+  /// Qt Charts would, which clips labels at the plot's edges).
+  struct Label {
+    QPointF value;  ///< the point, in axis units
+    QAbstractSeries* series = nullptr;
+    QGraphicsSimpleTextItem* item = nullptr;
+  };
+  void placeLabels();
+
+  QChart* timeDiff_ = nullptr;
+  QChart* convergence_ = nullptr;
+  std::vector<Label> labels_;
+};
+
+}  // namespace kmseg::gui

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: MIT
+#include "results_model.h"
+
+#include <QBrush>
+#include <QColor>
+
+namespace kmseg::gui {
+
+ResultsModel::ResultsModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void ResultsModel::setOutcome(std::shared_ptr<const RunOutcome> outcome) {
+  beginResetModel();
+  outcome_ = std::move(outcome);
+  endResetModel();
+}
+
+QString ResultsModel::stopText(const KMeansResult& result, int maxIterations) {
+  if (result.stop == StopReason::MaxIterations)
+    return tr("iteration cap (%1) — not converged").arg(maxIterations);
+  const auto name = stopReasonName(result.stop);
+  return QString::fromUtf8(name.data(), qsizetype(name.size()));
+}
+
+int ResultsModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() || !outcome_ ? 0 : outcome_->rowCount();
+}
+
+int ResultsModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : kColumnCount;
+}
+
+QVariant ResultsModel::data(const QModelIndex& index, int role) const {
+  if (!outcome_ || !index.isValid() || index.row() >= outcome_->rowCount()) return {};
+  const int row = index.row();
+  const KMeansResult& r = outcome_->result(row);
+  const Comparison* c = outcome_->comparison(row);
+  const int maxIterations = outcome_->params.workflow.kmeans.maxIterations;
+  const bool capped = r.stop == StopReason::MaxIterations;
+
+  if (role == Qt::UserRole) {
+    switch (index.column()) {
+      case ModeColumn:
+        return outcome_->rowName(row);
+      case IterationsColumn:
+        return r.iterations;
+      case StopColumn:
+        return int(r.stop);
+      case TimeColumn:
+        return r.seconds;
+      case SseColumn:
+        return r.sse;
+      case DiffColumn:
+        return c ? QVariant(c->diffPercent) : QVariant();
+      case AriColumn:
+        return c ? QVariant(c->ari) : QVariant();
+      case AmiColumn:
+        return c ? QVariant(c->ami) : QVariant();
+      case FallbackColumn:
+        return 100.0 * r.fallbackRatio();
+      case BackendColumn:
+        return QString::fromStdString(r.backend);
+    }
+    return {};
+  }
+  if (role == Qt::DisplayRole) {
+    const QString ref = tr("ref");
+    switch (index.column()) {
+      case ModeColumn:
+        return outcome_->rowName(row);
+      case IterationsColumn:
+        return QString::number(r.iterations);
+      case StopColumn:
+        return stopText(r, maxIterations);
+      case TimeColumn:
+        return QString::number(r.seconds, 'f', 3);
+      case SseColumn:
+        return QString::number(r.sse, 'f', 4);
+      case DiffColumn:
+        return c ? QString::number(c->diffPercent, 'f', 4) : ref;
+      case AriColumn:
+        return c ? QString::number(c->ari, 'f', 5) : ref;
+      case AmiColumn:
+        return c ? QString::number(c->ami, 'f', 5) : ref;
+      case FallbackColumn:
+        return QString::number(100.0 * r.fallbackRatio(), 'f', 3);
+      case BackendColumn:
+        return QString::fromStdString(r.backend);
+    }
+    return {};
+  }
+  if (role == Qt::TextAlignmentRole) {
+    const bool text = index.column() == ModeColumn || index.column() == StopColumn ||
+                      index.column() == BackendColumn;
+    return QVariant::fromValue(Qt::AlignVCenter | (text ? Qt::AlignLeft : Qt::AlignRight));
+  }
+  if (role == Qt::BackgroundRole && capped) return QBrush(QColor(255, 214, 153));
+  if (role == Qt::ForegroundRole && capped) return QBrush(QColor(110, 50, 0));
+  if (role == Qt::ToolTipRole) {
+    if (capped)
+      return tr("%1 stopped at the iteration cap of %2 without converging: its labels were "
+                "still changing (%3 in the last iteration).")
+          .arg(outcome_->rowName(row))
+          .arg(maxIterations)
+          .arg(r.trace.empty() ? 0 : r.trace.back().changed);
+    if (row == 0) return tr("The fp64 reference every mode is compared with.");
+  }
+  return {};
+}
+
+QVariant ResultsModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (role != Qt::DisplayRole || orientation != Qt::Horizontal) return {};
+  switch (section) {
+    case ModeColumn:
+      return tr("Mode");
+    case IterationsColumn:
+      return tr("Iter.");
+    case StopColumn:
+      return tr("Stop reason");
+    case TimeColumn:
+      return tr("Time [s]");
+    case SseColumn:
+      return tr("SSE");
+    case DiffColumn:
+      return tr("Diff %");
+    case AriColumn:
+      return tr("ARI");
+    case AmiColumn:
+      return tr("AMI");
+    case FallbackColumn:
+      return tr("Fallback %");
+    case BackendColumn:
+      return tr("Backend");
+  }
+  return {};
+}
+
+}  // namespace kmseg::gui

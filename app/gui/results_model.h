@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <QAbstractTableModel>
+
+#include <memory>
+
+#include "controller.h"
+
+namespace kmseg::gui {
+
+/// The results table: one row per run (row 0 the fp64 reference, then each mode), columns as
+/// `kmseg compare` prints them plus the backend. Display text is formatted; Qt::UserRole holds
+/// the raw number (invalid where a value does not apply, e.g. the reference's Diff %). A run
+/// that hit the iteration cap says so in the stop column and is highlighted.
+class ResultsModel : public QAbstractTableModel {
+  Q_OBJECT
+
+ public:
+  enum Column {
+    ModeColumn,
+    IterationsColumn,
+    StopColumn,
+    TimeColumn,
+    SseColumn,
+    DiffColumn,
+    AriColumn,
+    AmiColumn,
+    FallbackColumn,
+    BackendColumn
+  };
+  static constexpr int kColumnCount = BackendColumn + 1;
+
+  /// An empty table.
+  explicit ResultsModel(QObject* parent = nullptr);
+
+  /// Shows `outcome` (null clears the table).
+  void setOutcome(std::shared_ptr<const RunOutcome> outcome);
+  /// The result shown; null when the table is empty.
+  std::shared_ptr<const RunOutcome> outcome() const { return outcome_; }
+
+  /// The stop column's text, e.g. "converged" or "iteration cap (300) — not converged".
+  static QString stopText(const KMeansResult& result, int maxIterations);
+
+  /// QAbstractTableModel: one row per run, kColumnCount columns.
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation orientation,
+                      int role = Qt::DisplayRole) const override;
+
+ private:
+  std::shared_ptr<const RunOutcome> outcome_;
+};
+
+}  // namespace kmseg::gui

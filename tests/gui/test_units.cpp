@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: MIT
+// The GUI's pieces without a window: settings, image conversion and rendering, launch options.
+
+#include <QFileInfo>
+#include <QSettings>
+
+#include <gtest/gtest.h>
+
+#include "gui_params.h"
+#include "image_convert.h"
+#include "results_model.h"
+#include "startup.h"
+#include "test_paths.h"
+
+namespace {
+
+using namespace kmseg;
+using namespace kmseg::gui;
+
+TEST(GuiParams, SaveAndLoadRoundTrip) {
+  QSettings s;
+  s.clear();
+  GuiParams p = defaultParams();
+  p.workflow.kmeans.k = 17;
+  p.mode = Mode::Bf16Fp64;
+  p.workflow.kmeans.rho = 7.5;
+  p.workflow.kmeans.working = Working::Fp64;
+  p.workflow.init = Init::KMeansPlusPlus;
+  p.workflow.seed = 123456789012345ULL;
+  p.workflow.kmeans.maxIterations = 42;
+  p.workflow.kmeans.tolerance = 3e-7;
+  p.workflow.kmeans.detectCycles = false;
+  p.workflow.kmeans.threads = 1;
+  p.features.colorSpace = ColorSpace::Lab;
+  p.features.normalization = Normalization::ZScore;
+  p.features.spatialWeight = 0.25;
+  p.backend = Backend::Cpu;
+  p.palette = PaletteKind::ColorBlindSafe;
+  p.maxPixels = 1234567;
+  saveParams(s, p);
+  const GuiParams q = loadParams(s);
+  EXPECT_EQ(q.workflow.kmeans.k, 17);
+  EXPECT_EQ(q.mode, Mode::Bf16Fp64);
+  EXPECT_DOUBLE_EQ(q.workflow.kmeans.rho, 7.5);
+  EXPECT_EQ(q.workflow.kmeans.working, Working::Fp64);
+  EXPECT_EQ(q.workflow.init, Init::KMeansPlusPlus);
+  EXPECT_EQ(q.workflow.seed, 123456789012345ULL);
+  EXPECT_EQ(q.workflow.kmeans.maxIterations, 42);
+  EXPECT_DOUBLE_EQ(q.workflow.kmeans.tolerance, 3e-7);
+  EXPECT_FALSE(q.workflow.kmeans.detectCycles);
+  EXPECT_EQ(q.workflow.kmeans.threads, 1);
+  EXPECT_EQ(q.features.colorSpace, ColorSpace::Lab);
+  EXPECT_EQ(q.features.normalization, Normalization::ZScore);
+  EXPECT_DOUBLE_EQ(q.features.spatialWeight, 0.25);
+  EXPECT_EQ(q.backend, Backend::Cpu);
+  EXPECT_EQ(q.palette, PaletteKind::ColorBlindSafe);
+  EXPECT_EQ(q.maxPixels, 1234567u);
+  s.clear();
+}
+
+TEST(GuiParams, UnreadableValuesKeepTheirDefaults) {
+  QSettings s;
+  s.clear();
+  s.setValue("params/k", 0);
+  s.setValue("params/mode", "fp8");
+  s.setValue("params/rho", 1.5);
+  s.setValue("params/backend", "opencl");
+  s.setValue("params/tolerance", "not a number");
+  const GuiParams q = loadParams(s);
+  const GuiParams d = defaultParams();
+  EXPECT_EQ(q.workflow.kmeans.k, d.workflow.kmeans.k);
+  EXPECT_EQ(q.mode, d.mode);
+  EXPECT_DOUBLE_EQ(q.workflow.kmeans.rho, d.workflow.kmeans.rho);
+  EXPECT_EQ(q.backend, d.backend);
+  EXPECT_DOUBLE_EQ(q.workflow.kmeans.tolerance, d.workflow.kmeans.tolerance);
+  s.clear();
+}
+
+TEST(ImageConvert, EightBitRoundTrip) {
+  Image img;
+  img.width = 3;
+  img.height = 2;
+  img.rgb8 = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 250, 251, 252};
+  const QImage q = toQImage(img);
+  ASSERT_EQ(q.size(), QSize(3, 2));
+  EXPECT_EQ(q.pixel(2, 1), qRgb(250, 251, 252));
+  EXPECT_EQ(q.pixel(1, 0), qRgb(4, 5, 6));
+  const Image back = toCoreImage(q);
+  EXPECT_EQ(back.bitDepth, 8);
+  EXPECT_EQ(back.rgb8, img.rgb8);
+}
+
+TEST(ImageConvert, SixteenBitRoundTripKeepsEverySample) {
+  Image img;
+  img.width = 2;
+  img.height = 1;
+  img.bitDepth = 16;
+  img.rgb16 = {0, 1, 65535, 40000, 257, 12345};
+  const QImage q = toQImage(img);
+  ASSERT_EQ(q.format(), QImage::Format_RGBX64);
+  const Image back = toCoreImage(q);
+  EXPECT_EQ(back.bitDepth, 16);
+  EXPECT_EQ(back.rgb16, img.rgb16);
+}
+
+TEST(ImageConvert, LabelsUseThePaletteThroughTheMapping) {
+  const std::vector<Rgb8> palette = {{255, 0, 0}, {0, 255, 0}};
+  const std::vector<std::int32_t> labels = {0, 1, 1, 0};
+  const QImage direct = renderLabels(labels, 2, 2, palette);
+  EXPECT_EQ(direct.pixel(0, 0), qRgb(255, 0, 0));
+  EXPECT_EQ(direct.pixel(1, 0), qRgb(0, 255, 0));
+  const QImage swapped = renderLabels(labels, 2, 2, palette, {1, 0});
+  EXPECT_EQ(swapped.pixel(0, 0), qRgb(0, 255, 0));
+  EXPECT_EQ(swapped.pixel(1, 0), qRgb(255, 0, 0));
+  EXPECT_TRUE(renderLabels(labels, 3, 2, palette).isNull());  // size mismatch
+}
+
+TEST(ImageConvert, BoundariesMarkPixelsWithADifferentFourNeighbour) {
+  // 4 x 3, left half label 0, right half label 1, and one isolated label 2 pixel at (0, 2).
+  const std::vector<std::int32_t> labels = {0, 0, 1, 1,  //
+                                            0, 0, 1, 1,  //
+                                            2, 0, 1, 1};
+  const QImage b = renderBoundaries(labels, 4, 3, qRgb(255, 255, 255));
+  auto on = [&](int x, int y) { return qAlpha(b.pixel(x, y)) == 255; };
+  for (int y = 0; y < 3; ++y) {
+    EXPECT_TRUE(on(1, y)) << y;
+    EXPECT_TRUE(on(2, y)) << y;
+    EXPECT_FALSE(on(3, y)) << y;
+  }
+  EXPECT_FALSE(on(0, 0));
+  EXPECT_TRUE(on(0, 1));  // its lower neighbour is the label 2 pixel
+  EXPECT_TRUE(on(0, 2));
+}
+
+TEST(ImageConvert, MaskIsWhiteWhereLabelsDiffer) {
+  const QImage m = renderMask({0, 1, 0, 0}, 2, 2);
+  EXPECT_EQ(m.pixel(1, 0), qRgb(255, 255, 255));
+  EXPECT_NE(m.pixel(0, 0), qRgb(255, 255, 255));
+}
+
+TEST(ImageConvert, SaveImageAtomicReportsAnUnwritablePath) {
+  QImage img(4, 4, QImage::Format_RGB32);
+  img.fill(Qt::red);
+  const auto dir = kmseg::test::freshTempDir("gui-save");
+  const QString good = QString::fromStdString((dir / "ok.png").string());
+  QString error;
+  ASSERT_TRUE(saveImageAtomic(img, good, &error)) << error.toStdString();
+  EXPECT_EQ(QImage(good).pixel(1, 1), qRgb(255, 0, 0));
+  const QString bad = QString::fromStdString((dir / "missing" / "x.png").string());
+  EXPECT_FALSE(saveImageAtomic(img, bad, &error));
+  EXPECT_TRUE(error.contains(bad)) << error.toStdString();
+  EXPECT_FALSE(QFileInfo::exists(bad));
+}
+
+TEST(ResultsModel, StopTextSaysPlainlyWhenTheCapWasHit) {
+  KMeansResult r;
+  r.stop = StopReason::MaxIterations;
+  EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("iteration cap (300) — not converged"));
+  r.stop = StopReason::Converged;
+  EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("converged"));
+}
+
+TEST(LaunchOptions, ParsesImageScreenshotAndSize) {
+  const LaunchOptions o = parseLaunchOptions(
+      {"kmseg-gui", "--screenshot", "out.png", "--size", "800x600", "photo.jpg"});
+  EXPECT_TRUE(o.error.isEmpty()) << o.error.toStdString();
+  EXPECT_EQ(o.image, QStringLiteral("photo.jpg"));
+  EXPECT_EQ(o.screenshot, QStringLiteral("out.png"));
+  EXPECT_EQ(o.windowSize, QSize(800, 600));
+}
+
+TEST(LaunchOptions, RejectsBadArguments) {
+  EXPECT_FALSE(parseLaunchOptions({"kmseg-gui", "--size", "big", "a.png"}).error.isEmpty());
+  EXPECT_FALSE(parseLaunchOptions({"kmseg-gui", "--bogus"}).error.isEmpty());
+  EXPECT_FALSE(parseLaunchOptions({"kmseg-gui", "a.png", "b.png"}).error.isEmpty());
+  EXPECT_TRUE(parseLaunchOptions({"kmseg-gui"}).error.isEmpty());
+}
+
+}  // namespace

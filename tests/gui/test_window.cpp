@@ -1,0 +1,592 @@
+// SPDX-License-Identifier: MIT
+// The main window and its controller, driven as a user would, on the offscreen platform. Every
+// number the window shows is checked against the core library run directly on the same input.
+
+#include <QAction>
+#include <QApplication>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFile>
+#include <QFileInfo>
+#include <QLineSeries>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QScrollBar>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QSlider>
+#include <QTableView>
+#include <QTest>
+#include <QUrl>
+#include <QWheelEvent>
+#include <QtCharts/QChart>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+
+#include "controller.h"
+#include "gui_test_util.h"
+#include "image_views.h"
+#include "kmseg/engine.h"
+#include "kmseg/error.h"
+#include "kmseg/export.h"
+#include "kmseg/features.h"
+#include "legend_widget.h"
+#include "main_window.h"
+#include "params_panel.h"
+#include "result_charts.h"
+#include "results_model.h"
+
+namespace {
+
+using namespace kmseg;
+using namespace kmseg::gui;
+using kmseg::test::waitFor;
+
+QString tempFile(const std::filesystem::path& dir, const std::string& name) {
+  return QString::fromStdString((dir / name).string());
+}
+
+class GuiWindow : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    QSettings().clear();
+    window_ = std::make_unique<MainWindow>();
+    window_->resize(1280, 800);
+    window_->show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(window_.get()));
+  }
+  void TearDown() override {
+    // Close any dialog still open before the window goes.
+    for (auto* box : window_->findChildren<QMessageBox*>()) box->close();
+    window_.reset();
+    QSettings().clear();
+  }
+
+  Controller* controller() const { return window_->controller(); }
+
+  /// Opens `path` and waits for it to be shown.
+  void open(const QString& path) {
+    window_->openFile(path);
+    ASSERT_TRUE(waitFor([&] {
+      return !controller()->isLoading() && controller()->image() &&
+             controller()->image()->path == path;
+    })) << path.toStdString();
+  }
+
+  /// Small, fast parameters on the CPU engine.
+  static GuiParams fastParams(int k = 4, int maxIterations = 12) {
+    GuiParams p = defaultParams();
+    p.backend = Backend::Cpu;
+    p.workflow.kmeans.k = k;
+    p.workflow.kmeans.maxIterations = maxIterations;
+    return p;
+  }
+
+  /// Runs through the parameters panel and the window's own action; waits for the result.
+  void runAndWait(const GuiParams& p, bool allModes) {
+    window_->paramsPanel()->setParams(p);
+    QSignalSpy finished(controller(), &Controller::runFinished);
+    if (allModes)
+      window_->compareAll();
+    else
+      window_->runSelected();
+    ASSERT_TRUE(waitFor([&] { return finished.count() == 1 && !controller()->isBusy(); }))
+        << window_->lastError().toStdString();
+  }
+
+  /// The core library's workflow on the same file, run directly.
+  static WorkflowResult expected(const QString& path, const GuiParams& p,
+                                 const std::vector<Mode>& modes) {
+    const Image img = loadImage(path.toStdString());
+    const Matrix features = makeFeatures(img, p.features);
+    auto engine = makeCpuEngine(p.workflow.kmeans.threads);
+    return runWorkflow(*engine, features, modes, p.workflow);
+  }
+
+  QMessageBox* errorBox() const { return window_->findChild<QMessageBox*>("errorBox"); }
+
+  std::unique_ptr<MainWindow> window_;
+};
+
+TEST_F(GuiWindow, OpensAnImageAndShowsItsSizeAndTheBackend) {
+  const QString path = kmseg::test::smallPhoto("gui-open");
+  open(path);
+  EXPECT_TRUE(window_->sizeText().contains(QStringLiteral("60 × 40")))
+      << window_->sizeText().toStdString();
+  EXPECT_EQ(window_->views()->view(ImageViews::Original)->imageSize(), QSize(60, 40));
+  // The backend probe reports the engine Auto gives: the CPU in a build without CUDA.
+  ASSERT_TRUE(waitFor([&] {
+    return window_->backendText().contains(QStringLiteral("CPU (")) ||
+           window_->backendText().contains(QStringLiteral("NVIDIA")) ||
+           window_->backendText().contains(QStringLiteral("GPU"));
+  }));
+  EXPECT_EQ(window_->recentFiles().value(0), QFileInfo(path).absoluteFilePath());
+  EXPECT_EQ(QSettings().value("recentFiles").toStringList().value(0),
+            QFileInfo(path).absoluteFilePath());
+}
+
+TEST_F(GuiWindow, CompareAllModesFillsTheTableWithTheCoreResults) {
+  const QString path = kmseg::test::smallPhoto("gui-compare");
+  open(path);
+  const GuiParams p = fastParams(4, 6);
+  runAndWait(p, true);
+  const std::vector<Mode> modes(kAllModes.begin(), kAllModes.end());
+  const WorkflowResult want = expected(path, p, modes);
+
+  const ResultsModel* m = window_->resultsModel();
+  ASSERT_EQ(m->rowCount(), 10);
+  ASSERT_EQ(m->columnCount(), ResultsModel::kColumnCount);
+  auto cell = [&](int row, int col, int role = Qt::DisplayRole) {
+    return m->data(m->index(row, col), role);
+  };
+  int capped = 0;
+  for (int row = 0; row < 10; ++row) {
+    const KMeansResult& r = row == 0 ? want.reference : want.modes[std::size_t(row - 1)].result;
+    const Comparison* c = row == 0 ? nullptr : &want.modes[std::size_t(row - 1)].comparison;
+    SCOPED_TRACE(row);
+    EXPECT_EQ(cell(row, ResultsModel::ModeColumn).toString(),
+              row == 0 ? QStringLiteral("fp64 reference")
+                       : QString::fromUtf8(modeName(modes[std::size_t(row - 1)]).data()));
+    EXPECT_EQ(cell(row, ResultsModel::IterationsColumn, Qt::UserRole).toInt(), r.iterations);
+    EXPECT_EQ(cell(row, ResultsModel::SseColumn, Qt::UserRole).toDouble(), r.sse);
+    EXPECT_EQ(cell(row, ResultsModel::SseColumn).toString(), QString::number(r.sse, 'f', 4));
+    EXPECT_DOUBLE_EQ(cell(row, ResultsModel::FallbackColumn, Qt::UserRole).toDouble(),
+                     100.0 * r.fallbackRatio());
+    EXPECT_EQ(cell(row, ResultsModel::BackendColumn).toString().toStdString(), r.backend);
+    EXPECT_GE(cell(row, ResultsModel::TimeColumn, Qt::UserRole).toDouble(), 0.0);
+    if (c) {
+      EXPECT_EQ(cell(row, ResultsModel::DiffColumn, Qt::UserRole).toDouble(), c->diffPercent);
+      EXPECT_EQ(cell(row, ResultsModel::AriColumn, Qt::UserRole).toDouble(), c->ari);
+      EXPECT_EQ(cell(row, ResultsModel::AmiColumn, Qt::UserRole).toDouble(), c->ami);
+      EXPECT_EQ(cell(row, ResultsModel::DiffColumn).toString(),
+                QString::number(c->diffPercent, 'f', 4));
+    } else {
+      EXPECT_FALSE(cell(row, ResultsModel::DiffColumn, Qt::UserRole).isValid());
+      EXPECT_EQ(cell(row, ResultsModel::DiffColumn).toString(), QStringLiteral("ref"));
+    }
+    const QString stop = cell(row, ResultsModel::StopColumn).toString();
+    if (r.stop == StopReason::MaxIterations) {
+      ++capped;
+      EXPECT_EQ(stop, QStringLiteral("iteration cap (6) — not converged"));
+      EXPECT_TRUE(cell(row, ResultsModel::StopColumn, Qt::BackgroundRole).isValid());
+    } else {
+      EXPECT_FALSE(stop.contains(QStringLiteral("cap")));
+      EXPECT_FALSE(cell(row, ResultsModel::StopColumn, Qt::BackgroundRole).isValid());
+    }
+  }
+  // With a cap of 6 iterations some runs must hit it: the highlighted branch was exercised.
+  EXPECT_GT(capped, 0);
+
+  // The labels behind the table are the core's.
+  const auto outcome = controller()->outcome();
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->workflow.reference.labels, want.reference.labels);
+  for (std::size_t i = 0; i < modes.size(); ++i)
+    EXPECT_EQ(outcome->workflow.modes[i].result.labels, want.modes[i].result.labels) << i;
+
+  // Charts: one point per mode, one convergence curve per distinct run.
+  EXPECT_EQ(window_->charts()->timeDiffChart()->series().size(), 9);
+  EXPECT_EQ(window_->charts()->convergenceChart()->series().size(), 9);
+  // The selected row is the panel's mode (fp16>fp32 by default).
+  EXPECT_EQ(window_->selectedRow(), outcome->rowOf(Mode::Fp16Fp32));
+}
+
+TEST_F(GuiWindow, SelectingARowShowsThatModesLabelsMaskAndLegend) {
+  const QString path = kmseg::test::smallPhoto("gui-select");
+  open(path);
+  runAndWait(fastParams(5, 10), true);
+  const auto o = controller()->outcome();
+  ASSERT_TRUE(o);
+  const int row = o->rowOf(Mode::Bf16);
+  window_->selectRow(row);
+  EXPECT_EQ(window_->selectedRow(), row);
+  const Comparison& c = *o->comparison(row);
+  const QImage wantLabels = renderLabels(o->result(row).labels, 60, 40, o->palette, c.mapping);
+  const QImage wantMask = renderMask(c.mask, 60, 40);
+  EXPECT_EQ(window_->views()->view(ImageViews::ModeLabels)->image(), wantLabels);
+  EXPECT_EQ(window_->views()->view(ImageViews::Mask)->image(), wantMask);
+  EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(),
+            renderLabels(o->workflow.reference.labels, 60, 40, o->palette));
+
+  // The legend: one row per reference cluster, with its size and this mode's disagreement.
+  LegendWidget* legend = window_->legend();
+  ASSERT_EQ(legend->rowCount(), 5);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(legend->item(i, 1)->data(Qt::UserRole).toDouble(), double(c.clusterSize[i]));
+    EXPECT_EQ(legend->item(i, 2)->data(Qt::UserRole).toDouble(), c.clusterDiffPercent[i]);
+  }
+
+  // Clicking another row in the table switches the views.
+  const int other = o->rowOf(Mode::Fp32);
+  QTableView* table = window_->resultsView();
+  const QRect rect = table->visualRect(window_->resultsModel()->index(other, 0));
+  QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, rect.center());
+  EXPECT_EQ(window_->selectedRow(), other);
+  EXPECT_EQ(
+      window_->views()->view(ImageViews::ModeLabels)->image(),
+      renderLabels(o->result(other).labels, 60, 40, o->palette, o->comparison(other)->mapping));
+}
+
+TEST_F(GuiWindow, ZoomAndPanAreLinkedUntilTheLockIsOff) {
+  open(kmseg::test::smallPhoto("gui-zoom", 120, 80));
+  runAndWait(fastParams(3, 3), false);
+  ImageViews* views = window_->views();
+  views->actualSize();
+  for (int i = 0; i < ImageViews::kViewCount; ++i) EXPECT_DOUBLE_EQ(views->view(i)->zoom(), 1.0);
+
+  // Wheel over the reference view: every view zooms by the same factor.
+  ImageView* ref = views->view(ImageViews::Reference);
+  const QPointF at = QPointF(ref->viewport()->rect().center());
+  QWheelEvent wheel(at, ref->viewport()->mapToGlobal(at), QPoint(), QPoint(0, 120), Qt::NoButton,
+                    Qt::NoModifier, Qt::NoScrollPhase, false);
+  QApplication::sendEvent(ref->viewport(), &wheel);
+  EXPECT_DOUBLE_EQ(ref->zoom(), 1.25);
+  for (int i = 0; i < ImageViews::kViewCount; ++i) {
+    EXPECT_DOUBLE_EQ(views->view(i)->zoom(), 1.25) << i;
+    EXPECT_EQ(views->view(i)->transform(), ref->transform()) << i;
+  }
+
+  // Zoom in far enough to pan, then pan one view: the others follow.
+  views->zoomBy(8.0);
+  ImageView* mask = views->view(ImageViews::Mask);
+  mask->horizontalScrollBar()->setValue(mask->horizontalScrollBar()->maximum());
+  mask->verticalScrollBar()->setValue(mask->verticalScrollBar()->minimum() + 7);
+  for (int i = 0; i < ImageViews::kViewCount; ++i) {
+    EXPECT_NEAR(views->view(i)->centre().x(), mask->centre().x(), 1.0) << i;
+    EXPECT_NEAR(views->view(i)->centre().y(), mask->centre().y(), 1.0) << i;
+  }
+
+  // Keyboard zoom (Ctrl+-) acts on all views.
+  window_->activateWindow();
+  ASSERT_TRUE(QTest::qWaitForWindowActive(window_.get()));
+  const double before = views->view(0)->zoom();
+  QTest::keyClick(window_.get(), Qt::Key_Minus, Qt::ControlModifier);
+  EXPECT_LT(views->view(0)->zoom(), before);
+  EXPECT_DOUBLE_EQ(views->view(3)->zoom(), views->view(0)->zoom());
+
+  // Unlocked: zooming one view leaves the others alone.
+  window_->linkAction()->setChecked(false);
+  EXPECT_FALSE(views->isLinked());
+  const double others = views->view(ImageViews::Original)->zoom();
+  QWheelEvent wheel2(at, ref->viewport()->mapToGlobal(at), QPoint(), QPoint(0, 240), Qt::NoButton,
+                     Qt::NoModifier, Qt::NoScrollPhase, false);
+  QApplication::sendEvent(ref->viewport(), &wheel2);
+  EXPECT_NEAR(ref->zoom(), others * 1.5625, 1e-9);
+  EXPECT_DOUBLE_EQ(views->view(ImageViews::Original)->zoom(), others);
+  EXPECT_DOUBLE_EQ(views->view(ImageViews::Mask)->zoom(), others);
+
+  // Fit: the image fills a view; 100 %: one image pixel per device pixel.
+  views->fitToWindow();
+  const QRectF shown = ref->mapFromScene(ref->sceneRect()).boundingRect();
+  EXPECT_TRUE(qAbs(shown.width() - ref->viewport()->width()) <= 3 ||
+              qAbs(shown.height() - ref->viewport()->height()) <= 3);
+  EXPECT_LE(shown.width(), ref->viewport()->width() + 1);
+  EXPECT_LE(shown.height(), ref->viewport()->height() + 1);
+  views->actualSize();
+  EXPECT_DOUBLE_EQ(ref->zoom(), 1.0);
+  EXPECT_DOUBLE_EQ(ref->sceneRect().width() * ref->pixmapRatio(), 120.0);
+}
+
+TEST_F(GuiWindow, OverlayBoundariesAndHoverShowWhatIsUnderTheCursor) {
+  open(kmseg::test::smallPhoto("gui-overlay"));
+  runAndWait(fastParams(4, 10), false);
+  ImageViews* views = window_->views();
+  ImageView* photo = views->view(ImageViews::Original);
+  EXPECT_FALSE(photo->overlayShown());
+  window_->activateWindow();
+  ASSERT_TRUE(QTest::qWaitForWindowActive(window_.get()));
+  window_->resultsView()->setFocus();
+  QTest::keyClick(window_.get(), Qt::Key_O);
+  EXPECT_TRUE(window_->overlayAction()->isChecked());
+  EXPECT_TRUE(photo->overlayShown());
+  QTest::keyClick(window_.get(), Qt::Key_B);
+  EXPECT_TRUE(photo->boundariesShown());
+  EXPECT_TRUE(views->view(ImageViews::ModeLabels)->boundariesShown());
+  EXPECT_TRUE(views->view(ImageViews::Reference)->boundariesShown());
+  QTest::keyClick(window_.get(), Qt::Key_O);
+  EXPECT_FALSE(photo->overlayShown());
+  window_->opacitySlider()->setValue(80);
+
+  // Hover: the status bar names the pixel and its label in each view.
+  views->actualSize();
+  const auto o = controller()->outcome();
+  ImageView* labels = views->view(ImageViews::ModeLabels);
+  // A mouse position a quarter of a pixel into image pixel (10, 20), in logical coordinates
+  // (pixelAt adds half a device pixel, at most half an image pixel at zoom >= 1).
+  const QPointF pos =
+      labels->viewportTransform().map(QPointF(10.25, 20.25) / labels->pixmapRatio());
+  EXPECT_EQ(labels->pixelAt(pos), QPoint(10, 20));
+  QMouseEvent move(QEvent::MouseMove, pos, labels->viewport()->mapToGlobal(pos), Qt::NoButton,
+                   Qt::NoButton, Qt::NoModifier);
+  QApplication::sendEvent(labels->viewport(), &move);
+  const std::size_t i = 20 * 60 + 10;
+  const QString text = window_->pixelText();
+  EXPECT_TRUE(text.contains(QStringLiteral("x 10 y 20"))) << text.toStdString();
+  EXPECT_TRUE(text.contains(QStringLiteral("fp64: %1").arg(o->workflow.reference.labels[i])))
+      << text.toStdString();
+  EXPECT_TRUE(text.contains(QStringLiteral("fp16>fp32: %1").arg(o->result(1).labels[i])))
+      << text.toStdString();
+}
+
+TEST_F(GuiWindow, CancelMidRunKeepsTheResultShown) {
+  open(QString::fromStdString(kmseg::test::sourcePath("samples/coffee.png").string()));
+  runAndWait(fastParams(8, 2), false);
+  const auto before = controller()->outcome();
+  ASSERT_TRUE(before);
+
+  QSignalSpy progress(controller(), &Controller::progressed);
+  QSignalSpy cancelled(controller(), &Controller::runCancelled);
+  QSignalSpy finished(controller(), &Controller::runFinished);
+  window_->paramsPanel()->setParams(fastParams(8, 300));
+  window_->compareAll();
+  ASSERT_TRUE(controller()->isBusy());
+  ASSERT_TRUE(waitFor([&] { return progress.count() > 0; }));
+  EXPECT_TRUE(window_->progressBar()->isVisible());
+  EXPECT_TRUE(window_->paramsPanel()->cancelButton()->isEnabled());
+  QTest::mouseClick(window_->paramsPanel()->cancelButton(), Qt::LeftButton);
+  ASSERT_TRUE(waitFor([&] { return cancelled.count() == 1 && !controller()->isBusy(); }));
+  EXPECT_EQ(finished.count(), 0);
+  EXPECT_EQ(controller()->outcome(), before);
+  EXPECT_EQ(window_->resultsModel()->outcome(), before);
+  EXPECT_EQ(window_->resultsModel()->rowCount(), 2);
+  EXPECT_FALSE(window_->progressBar()->isVisible());
+  EXPECT_FALSE(errorBox());
+}
+
+TEST_F(GuiWindow, FiftyRapidRunCancelCyclesNeitherCrashNorReplaceTheResult) {
+  open(kmseg::test::smallPhoto("gui-cycles", 80, 60));
+  const GuiParams p = fastParams(6, 300);
+  QSignalSpy cancelled(controller(), &Controller::runCancelled);
+  QSignalSpy finished(controller(), &Controller::runFinished);
+  QSignalSpy failed(controller(), &Controller::runFailed);
+  window_->paramsPanel()->setParams(p);
+  for (int i = 0; i < 50; ++i) {
+    if (i % 2)
+      window_->compareAll();
+    else
+      window_->runSelected();
+    if (i % 5 == 0) QCoreApplication::processEvents();
+    window_->cancelRun();
+  }
+  ASSERT_TRUE(waitFor([&] { return controller()->activeJobs() == 0; }, 60000));
+  QCoreApplication::processEvents();
+  EXPECT_EQ(cancelled.count(), 50);
+  EXPECT_EQ(finished.count(), 0);
+  EXPECT_EQ(failed.count(), 0);
+  EXPECT_EQ(controller()->outcome(), nullptr);
+
+  // Starting a run while one is active cancels the old one: 49 cancelled, the last finishes.
+  cancelled.clear();
+  for (int i = 0; i < 50; ++i) {
+    window_->runSelected();
+    if (i % 7 == 0) QCoreApplication::processEvents();
+  }
+  ASSERT_TRUE(waitFor([&] { return controller()->activeJobs() == 0; }, 60000));
+  QCoreApplication::processEvents();
+  EXPECT_EQ(cancelled.count(), 49);
+  ASSERT_EQ(finished.count(), 1);
+  EXPECT_EQ(failed.count(), 0);
+  ASSERT_TRUE(controller()->outcome());
+  EXPECT_EQ(window_->resultsModel()->rowCount(), 2);
+}
+
+TEST_F(GuiWindow, ExportsEveryFileAndTheyReadBack) {
+  const QString path = kmseg::test::smallPhoto("gui-export");
+  open(path);
+  runAndWait(fastParams(6, 10), true);
+  const auto o = controller()->outcome();
+  const int row = o->rowOf(Mode::Fp16);
+  window_->selectRow(row);
+  const auto dir = kmseg::test::freshTempDir("gui-export-out");
+
+  const QString labels = tempFile(dir, "small.fp16.labels.png");
+  ASSERT_TRUE(window_->exportTo(Controller::ExportKind::LabelMap, labels))
+      << window_->lastError().toStdString();
+  const LabelImage back = readLabelPng(labels.toStdString());
+  EXPECT_EQ(back.width, 60);
+  EXPECT_EQ(back.height, 40);
+  EXPECT_EQ(back.labels, o->result(row).labels);
+  ASSERT_GE(back.palette.size(), 6u);
+  EXPECT_EQ(back.palette[0], o->palette[0]);
+
+  const QString color = tempFile(dir, "small.fp16.color.png");
+  ASSERT_TRUE(window_->exportTo(Controller::ExportKind::ColorMap, color));
+  const QImage colorImg(color);
+  ASSERT_EQ(colorImg.size(), QSize(60, 40));
+  const Rgb8 c0 = o->palette[std::size_t(o->result(row).labels[0])];
+  EXPECT_EQ(colorImg.pixel(0, 0), qRgb(c0.r, c0.g, c0.b));
+
+  const QString mask = tempFile(dir, "small.fp16.mask.png");
+  ASSERT_TRUE(window_->exportTo(Controller::ExportKind::Mask, mask));
+  const QImage maskImg = QImage(mask).convertToFormat(QImage::Format_Grayscale8);
+  ASSERT_EQ(maskImg.size(), QSize(60, 40));
+  const auto& m = o->comparison(row)->mask;
+  std::int64_t white = 0;
+  for (int y = 0; y < 40; ++y)
+    for (int x = 0; x < 60; ++x) {
+      const bool on = qGray(maskImg.pixel(x, y)) > 127;
+      white += on;
+      ASSERT_EQ(on, m[std::size_t(y) * 60 + x] != 0) << x << "," << y;
+    }
+  EXPECT_EQ(white, o->comparison(row)->differing);
+
+  const QString json = tempFile(dir, "small.compare.json");
+  ASSERT_TRUE(window_->exportTo(Controller::ExportKind::ReportJson, json));
+  std::ifstream in(json.toStdString());
+  const auto doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc.at("command"), "compare");
+  EXPECT_EQ(doc.at("parameters").at("k"), 6);
+  ASSERT_EQ(doc.at("runs").size(), 10u);
+  EXPECT_EQ(doc.at("runs")[std::size_t(row)].at("sse").get<double>(), o->result(row).sse);
+
+  const QString csv = tempFile(dir, "small.compare.csv");
+  ASSERT_TRUE(window_->exportTo(Controller::ExportKind::ReportCsv, csv));
+  QFile csvFile(csv);
+  ASSERT_TRUE(csvFile.open(QIODevice::ReadOnly));
+  const QList<QByteArray> lines = csvFile.readAll().split('\n');
+  EXPECT_EQ(lines.size(), 12);  // header, 10 runs, and the empty piece after the last CRLF
+  EXPECT_TRUE(lines[0].startsWith("mode,iterations,stop"));
+
+  const QString view = tempFile(dir, "small.view.png");
+  ASSERT_TRUE(window_->exportViewTo(view));
+  const QImage viewImg(view);
+  EXPECT_EQ(viewImg.size(), window_->views()->grab().size());
+  EXPECT_FALSE(errorBox());
+}
+
+TEST_F(GuiWindow, UnwritableExportPathsGiveAnErrorDialog) {
+  open(kmseg::test::smallPhoto("gui-export-bad"));
+  runAndWait(fastParams(3, 5), false);
+  const QString bad = QStringLiteral("/nonexistent-kmseg-dir/out.png");
+  EXPECT_FALSE(window_->exportTo(Controller::ExportKind::LabelMap, bad));
+  QMessageBox* box = errorBox();
+  ASSERT_TRUE(box);
+  EXPECT_TRUE(box->isVisible());
+  EXPECT_TRUE(box->text().contains(bad) || box->windowTitle().contains(bad))
+      << box->text().toStdString();
+  EXPECT_TRUE(box->informativeText().contains(QStringLiteral("write")));
+  box->close();
+  QCoreApplication::processEvents();
+
+  // A directory where the file should go.
+  const auto dir = kmseg::test::freshTempDir("gui-export-dir");
+  EXPECT_FALSE(
+      window_->exportTo(Controller::ExportKind::ReportJson, QString::fromStdString(dir.string())));
+  EXPECT_TRUE(errorBox());
+  EXPECT_FALSE(window_->exportViewTo(bad));
+  EXPECT_TRUE(window_->lastError().contains(bad));
+  // The result is still there.
+  EXPECT_TRUE(controller()->outcome());
+  EXPECT_EQ(window_->resultsModel()->rowCount(), 2);
+}
+
+TEST_F(GuiWindow, BadFilesGiveAnErrorDialogAndKeepWhatIsShown) {
+  const QString good = kmseg::test::smallPhoto("gui-bad");
+  open(good);
+  runAndWait(fastParams(3, 5), false);
+  const auto before = controller()->outcome();
+
+  const auto dir = kmseg::test::freshTempDir("gui-bad-files");
+  const QString text = tempFile(dir, "notes.png");
+  {
+    QFile f(text);
+    ASSERT_TRUE(f.open(QIODevice::WriteOnly));
+    f.write("this is not an image\n");
+  }
+  QSignalSpy errors(controller(), &Controller::errorOccurred);
+  window_->openFile(text);
+  ASSERT_TRUE(waitFor([&] { return errors.count() == 1; }));
+  QMessageBox* box = errorBox();
+  ASSERT_TRUE(box);
+  EXPECT_TRUE(box->isVisible());
+  EXPECT_TRUE(box->windowTitle().contains(text)) << box->windowTitle().toStdString();
+  EXPECT_FALSE(box->informativeText().isEmpty());
+  EXPECT_EQ(controller()->image()->path, good);
+  EXPECT_EQ(controller()->outcome(), before);
+  EXPECT_EQ(window_->resultsModel()->rowCount(), 2);
+  EXPECT_EQ(window_->views()->view(ImageViews::Original)->imageSize(), QSize(60, 40));
+
+  // A missing file, and an image over the pixel limit (checked from the header).
+  window_->openFile(tempFile(dir, "missing.jpg"));
+  ASSERT_TRUE(waitFor([&] { return errors.count() == 2; }));
+  GuiParams p = window_->paramsPanel()->params();
+  p.maxPixels = 10000;  // the panel's smallest limit, 0.01 MP; coffee.png has 0.24 MP
+  window_->paramsPanel()->setParams(p);
+  window_->openFile(QString::fromStdString(kmseg::test::sourcePath("samples/coffee.png").string()));
+  ASSERT_TRUE(waitFor([&] { return errors.count() == 3; }));
+  EXPECT_TRUE(errorBox()->informativeText().contains(QStringLiteral("pixel limit")))
+      << errorBox()->informativeText().toStdString();
+  EXPECT_TRUE(errorBox()->text().contains(QStringLiteral("10000")))
+      << errorBox()->text().toStdString();
+  EXPECT_EQ(controller()->image()->path, good);
+  EXPECT_EQ(controller()->outcome(), before);
+}
+
+TEST_F(GuiWindow, AnUnavailableBackendSaysToSwitchToTheCpu) {
+  try {
+    makeEngine(Backend::Cuda);
+    GTEST_SKIP() << "a CUDA device answers here, so the CUDA backend does not fail";
+  } catch (const BackendError&) {
+  }
+  open(kmseg::test::smallPhoto("gui-backend"));
+  runAndWait(fastParams(3, 5), false);
+  const auto before = controller()->outcome();
+  GuiParams p = fastParams(3, 5);
+  p.backend = Backend::Cuda;
+  window_->paramsPanel()->setParams(p);
+  QSignalSpy failed(controller(), &Controller::runFailed);
+  window_->runSelected();
+  ASSERT_TRUE(waitFor([&] { return failed.count() == 1 && !controller()->isBusy(); }));
+  QMessageBox* box = errorBox();
+  ASSERT_TRUE(box);
+  EXPECT_TRUE(box->isVisible());
+  EXPECT_TRUE(box->informativeText().contains(QStringLiteral("CPU")));
+  EXPECT_EQ(controller()->outcome(), before);
+}
+
+TEST_F(GuiWindow, DroppingAFileOpensIt) {
+  const QString path = kmseg::test::smallPhoto("gui-drop");
+  auto* mime = new QMimeData;
+  mime->setUrls({QUrl::fromLocalFile(path)});
+  const QPoint at = window_->rect().center();
+  QDragEnterEvent enter(at, Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(window_.get(), &enter);
+  EXPECT_TRUE(enter.isAccepted());
+  QDropEvent drop(QPointF(at), Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(window_.get(), &drop);
+  ASSERT_TRUE(
+      waitFor([&] { return controller()->image() && controller()->image()->path == path; }));
+  delete mime;
+}
+
+TEST_F(GuiWindow, ParametersPersistAndResetToDefaults) {
+  GuiParams p = fastParams(11, 77);
+  p.mode = Mode::Bf16Fp32;
+  window_->paramsPanel()->setParams(p);
+  open(kmseg::test::smallPhoto("gui-persist"));
+  runAndWait(p, false);  // a run stores the parameters
+  window_.reset();
+  window_ = std::make_unique<MainWindow>();
+  const GuiParams q = window_->paramsPanel()->params();
+  EXPECT_EQ(q.workflow.kmeans.k, 11);
+  EXPECT_EQ(q.workflow.kmeans.maxIterations, 77);
+  EXPECT_EQ(q.mode, Mode::Bf16Fp32);
+  EXPECT_EQ(q.backend, Backend::Cpu);
+  EXPECT_EQ(window_->recentFiles().size(), 1);
+  window_->show();
+  QPushButton* reset = window_->paramsPanel()->resetButton();
+  QTest::mouseClick(reset, Qt::LeftButton);
+  const GuiParams d = window_->paramsPanel()->params();
+  EXPECT_EQ(d.workflow.kmeans.k, defaultParams().workflow.kmeans.k);
+  EXPECT_EQ(d.mode, defaultParams().mode);
+  EXPECT_EQ(d.backend, defaultParams().backend);
+}
+
+}  // namespace
