@@ -75,10 +75,15 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                          {"runs", nlohmann::json::array()}};
   std::printf("%-10s %5s %9s %9s %7s %9s %9s %6s %10s %6s\n", "mode", "K", "ms/iter", "floor ms",
               "x floor", "GFLOP/s", "full ms", "iter", "dev MB", "x min");
+  std::vector<Mode> modes(kAllModes.begin(), kAllModes.end());
+  if (!o.modes.empty()) {
+    modes.clear();
+    for (const std::string& m : o.modes) modes.push_back(parseMode(m));
+  }
   for (int k : o.clusters) {
     const Matrix init =
         gatherRows(features, chooseInitialCentres(features, k, Init::RandomPoints, o.seed));
-    for (Mode mode : kAllModes) {
+    for (Mode mode : modes) {
       KMeansParams fixed;
       fixed.k = k;
       fixed.mode = mode;
@@ -134,6 +139,8 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
   cmd.add_option("--repeats", o.repeats, "Repetitions; the median time is reported")
       ->capture_default_str();
   cmd.add_option("--seed", o.seed, "Seed of the initial centres")->capture_default_str();
+  cmd.add_option("--modes", o.modes, "gpu suite: the modes to run, e.g. fp32,fp16>fp32 (all)")
+      ->delimiter(',');
   cmd.add_option("--json", o.json, "Write the results as JSON to this file");
 }
 
@@ -152,6 +159,7 @@ void checkBenchOptions(const BenchOptions& o) {
     if (k < 1 || k > 1024)
       throw InvalidArgument("--clusters: K = " + std::to_string(k) + " is outside [1, 1024]");
   if (o.repeats < 1) throw InvalidArgument("--repeats must be >= 1");
+  for (const std::string& m : o.modes) (void)parseMode(m);
   if (o.threads < 0) throw InvalidArgument("--threads must be >= 0");
 }
 

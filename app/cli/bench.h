@@ -18,7 +18,8 @@ struct BenchOptions {
   int threads = 0;
   int repeats = 1;
   std::uint64_t seed = 1;
-  std::filesystem::path json;  ///< write the results here when set
+  std::vector<std::string> modes;  ///< gpu suite: the modes to run (empty: every mode)
+  std::filesystem::path json;      ///< write the results here when set
 };
 
 void addBenchOptions(CLI::App& cmd, BenchOptions& o);

@@ -60,14 +60,14 @@ struct Vec4<float> {
   typedef float type __attribute__((vector_size(16)));
 };
 
-// The float nearest above / below a non-negative double: bounds kept in float stay valid.
+// The float nearest above / below a double: bounds kept in float stay valid bounds.
 inline float floatAbove(double v) {
   const float f = float(v);
-  return double(f) < v ? std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) + 1u) : f;
+  return double(f) < v ? std::nextafter(f, INFINITY) : f;
 }
 inline float floatBelow(double v) {
   const float f = float(v);
-  return double(f) > v ? std::bit_cast<float>(std::bit_cast<std::uint32_t>(f) - 1u) : f;
+  return double(f) > v ? std::nextafter(f, -INFINITY) : f;
 }
 
 // Pairwise (tree) sum of v[lo..hi) in T, split at the midpoint: a fixed order.
@@ -113,12 +113,15 @@ struct Lloyd {
   // come out below (or tie with) its own centre's, so the labels equal the brute-force labels.
   static constexpr bool kBounded = !kFallback && std::is_floating_point_v<LowT>;
   static constexpr double kUp = 1.0 + 1e-12, kDown = 1.0 - 1e-12;  // outward rounding slack
+  // The bounds are stored as offsets from running totals of centre movement (drift), so a sample
+  // that is skipped costs two reads and no write: upper = upperOff + drift[label],
+  // lower = lowerOff - driftMax. All arithmetic on bounds rounds outward.
   bool bounded = false;
-  std::vector<double> upper, lower;  // per sample
-  std::vector<LowT> prevCl;          // previous iteration's cl
-  std::vector<double> delta;         // per centre: how far it moved, rounded up
-  double deltaMax = 0, deltaSecond = 0, ccMax = 0, errorFactor = 0;
-  std::size_t deltaArgmax = 0;
+  std::vector<float> upperOff, lowerOff;  // per sample
+  std::vector<LowT> prevCl;               // previous iteration's cl
+  std::vector<double> drift;              // per centre: total movement so far, rounded up
+  double driftMax = 0;                    // running total of the largest movement per iteration
+  double xxMax = 0, errorBound = 0, errorFactor = 0;
 
   std::vector<WT> blockSum, blockComp;    // blocks x K x D Kahan partials
   std::vector<std::int64_t> blockCountV;  // blocks x K
@@ -160,10 +163,11 @@ struct Lloyd {
     if constexpr (kBounded) {
       bounded = params.useBounds;
       if (bounded) {
-        upper.assign(n, INFINITY);
-        lower.assign(n, 0.0f);
+        upperOff.assign(n, INFINITY);
+        lowerOff.assign(n, 0.0f);
         prevCl.assign(k * d, ML::from(0.0));
-        delta.assign(k, INFINITY);
+        drift.assign(k, 0.0);
+        for (std::size_t i = 0; i < n; ++i) xxMax = std::max(xxMax, ML::toDouble(xxl[i]));
         // E = 2 gamma_{D+2} (||x||^2 + ||c||^2) bounds the error of the expanded formula; 1.01
         // covers using the computed norms in place of the exact ones.
         errorFactor = 1.01 * 2.0 * gammaN(int(d) + 2, unitRoundoff(lowPrecision(params.mode)));
@@ -186,23 +190,21 @@ struct Lloyd {
     for (std::size_t j = 0; j < k; ++j)
       for (std::size_t q = 0; q < d; ++q) clT[q * k + j] = cl[j * d + q];
     if (bounded) {
-      deltaMax = deltaSecond = ccMax = 0;
+      double deltaMax = 0, ccMax = 0;
       for (std::size_t j = 0; j < k; ++j) {
         double s2 = 0;
         for (std::size_t q = 0; q < d; ++q) {
           const double t = ML::toDouble(cl[j * d + q]) - ML::toDouble(prevCl[j * d + q]);
           s2 += t * t;
         }
-        delta[j] = std::sqrt(s2) * kUp;
-        if (delta[j] > deltaMax) {
-          deltaSecond = deltaMax;
-          deltaMax = delta[j];
-          deltaArgmax = j;
-        } else if (delta[j] > deltaSecond) {
-          deltaSecond = delta[j];
-        }
-        ccMax = std::max(ccMax, ML::toDouble(ccl[j]) * kUp);
+        const double delta = std::sqrt(s2) * kUp;
+        drift[j] = (drift[j] + delta) * kUp;
+        deltaMax = std::max(deltaMax, delta);
+        ccMax = std::max(ccMax, ML::toDouble(ccl[j]));
       }
+      driftMax = (driftMax + deltaMax) * kUp;
+      // E = 2 gamma_{D+2} (||x||^2 + ||c||^2) <= errorBound for every pair of this iteration.
+      errorBound = errorFactor * (xxMax + ccMax) * kUp;
     }
   }
 
@@ -262,25 +264,24 @@ struct Lloyd {
   template <int DT>
   KMSEG_INLINE int assignBounded(std::size_t i, int label, LowT* dots) {
     const int dd = DT > 0 ? DT : int(d);
-    const double e = errorFactor * (ML::toDouble(xxl[i]) + ccMax) * kUp;
+    const double e = errorBound;
     auto provablyKept = [&](double u, double l) {
       return l > 0 && l * l * kDown > (u * u + 2 * e) * kUp;
     };
-    double l = 0;
     if (label >= 0) {
-      double u = (upper[i] + delta[std::size_t(label)]) * kUp;
-      l = std::max(
-          0.0, (lower[i] - (std::size_t(label) == deltaArgmax ? deltaSecond : deltaMax)) * kDown);
-      if (!provablyKept(u, l)) {  // tighten the upper bound with the own centre's distance
-        const LowT* x = lowRow(i);
-        const LowT dot = dotProduct<LowT>(x, cl.data() + std::size_t(label) * dd, dd);
-        const double da =
-            ML::toDouble(expandedDistance<LowT>(xxl[i], ccl[std::size_t(label)], dot).distance);
-        u = std::sqrt(std::max(0.0, da + e)) * kUp;
-      }
+      const double dl = drift[std::size_t(label)];
+      const double lo = double(lowerOff[i]);
+      double u = (double(upperOff[i]) + dl) * kUp + 1e-12 * dl;
+      const double l = (lo - driftMax) - 1e-12 * (std::fabs(lo) + driftMax);
+      if (provablyKept(u, l)) return label;
+      // Tighten the upper bound with the own centre's distance.
+      const LowT* x = lowRow(i);
+      const LowT dot = dotProduct<LowT>(x, cl.data() + std::size_t(label) * dd, dd);
+      const double da =
+          ML::toDouble(expandedDistance<LowT>(xxl[i], ccl[std::size_t(label)], dot).distance);
+      u = std::sqrt(std::max(0.0, da + e)) * kUp;
       if (provablyKept(u, l)) {
-        upper[i] = floatAbove(u);
-        lower[i] = floatBelow(l);
+        storeUpper(i, u, dl);
         return label;
       }
     }
@@ -290,9 +291,19 @@ struct Lloyd {
     double best = ML::toDouble(dots[std::size_t(a)]), second = INFINITY;
     for (std::size_t j = 0; j < k; ++j)
       if (int(j) != a) second = std::min(second, ML::toDouble(dots[j]));
-    upper[i] = floatAbove(std::sqrt(std::max(0.0, best + e)) * kUp);
-    lower[i] = k == 1 ? INFINITY : floatBelow(std::sqrt(std::max(0.0, second - e)) * kDown);
+    storeUpper(i, std::sqrt(std::max(0.0, best + e)) * kUp, drift[std::size_t(a)]);
+    if (k == 1) {
+      lowerOff[i] = INFINITY;
+    } else {
+      const double l = std::sqrt(std::max(0.0, second - e)) * kDown;
+      lowerOff[i] = floatBelow((l + driftMax) - 1e-12 * (l + driftMax));
+    }
     return a;
+  }
+
+  // Stores the upper bound u of sample i as an offset from its centre's drift dl, rounded up.
+  void storeUpper(std::size_t i, double u, double dl) {
+    upperOff[i] = floatAbove((u - dl) + 1e-12 * (u + dl));
   }
 
   // One block: assignment, label write, changed and fallback counts, Kahan partial sums.
@@ -448,8 +459,8 @@ struct Lloyd {
       --counts[std::size_t(labels[p])];
       labels[p] = std::int32_t(j);
       if (bounded) {
-        upper[std::size_t(p)] = INFINITY;
-        lower[std::size_t(p)] = 0.0f;
+        upperOff[std::size_t(p)] = INFINITY;
+        lowerOff[std::size_t(p)] = -INFINITY;
       }
       counts[j] = 1;
       picked.push_back(p);

@@ -17,8 +17,11 @@
 //   [sseKernel -> publishKernel]  when the trace wants the SSE
 // The last kernel of the body writes the iteration's trace entry to device memory and to
 // pinned mapped host memory, reads the cancel flag from mapped memory and sets the WHILE
-// condition. Determinism: the sums use no floating-point atomics (see each kernel's comment);
-// integer counts use integer atomics, which are exact in any order.
+// condition. With KMSEG_CUDA_HOST_LOOP=1 (cuda_engine.h) the host launches the same kernels in
+// the same order per iteration instead, reading the stop decision back each time; the kernels of
+// the IF branch then always run and return at once when nothing was re-seeded, exactly as the
+// skipped branch leaves the state. Determinism: the sums use no floating-point atomics (see each
+// kernel's comment); integer counts use integer atomics, which are exact in any order.
 
 #include <cuda_runtime.h>
 
@@ -26,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -48,15 +52,22 @@ inline constexpr int kAssignThreads = 256;
 inline constexpr int kWarps = kAssignThreads / 32;
 inline constexpr int kReduceThreads = 256;
 inline constexpr int kOneBlockThreads = 1024;
+// Centre entries (K D) up to which updateKernel stages the old and new centres in shared memory.
+inline constexpr int kUpdateStage = 2048;
 // Dynamic shared memory the assignment kernel may use without opting in (48 KiB) less room
 // for its static shared variables.
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
 // The fast assignment pass (assignFastKernel): its compile-time D, the points each thread
-// handles per round, the shared memory a block may take so that two blocks share an SM, and the
+// handles per round, the shared memory a block may take so that four blocks share an SM (the
+// registers allow four; at two the pass waited on shared and global loads, ncu 2026-12), and the
 // most points one accumulator slot adds in a running sum before the block's fixed-order fold.
 inline constexpr int kFastD = 5;
 inline constexpr int kFastPoints = 4;
-inline constexpr std::size_t kFastSharedTarget = 110 * 1024;
+inline constexpr std::size_t kFastSharedTarget = 54 * 1024;
+// With W = fp64 the slots are twice as large: four blocks would leave too few slots, and the
+// measured pass (H200, 12 MP, K = 32) was 22 % slower with four blocks of 4 slots than with two
+// blocks of 8.
+inline constexpr std::size_t kFastSharedTargetFp64 = 110 * 1024;
 inline constexpr long long kFastSlotRun = 256;
 
 /// One iteration's record, as the device writes it.
@@ -121,6 +132,7 @@ struct Args {
   int sharedCentres;  // 1: centres staged in shared memory
   int fastSlotShift;  // assignFastKernel: log2 of the accumulator slots per warp
   int traceSse, detectCycles;
+  int hostLoop;  // 1: the host drives the loop (no graph, no conditional nodes to set)
   double tolerance;
   cudaGraphConditionalHandle whileHandle;
   cudaGraphConditionalHandle ifHandle;
@@ -670,7 +682,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) reseedKernel(Args<LowT, High
   }
   if (threadIdx.x == 0) {
     a.state->empty = events;
-    cudaGraphSetConditional(a.ifHandle, events > 0 ? 1u : 0u);
+    if (!a.hostLoop) cudaGraphSetConditional(a.ifHandle, events > 0 ? 1u : 0u);
   }
 }
 
@@ -685,7 +697,7 @@ __device__ void publish(const A& a, int it) {
   __threadfence_system();
   const int cancel = *reinterpret_cast<volatile int*>(&a.mapped->cancel);
   if (cancel && !a.state->stop) a.state->cancelled = 1;
-  cudaGraphSetConditional(a.whileHandle, (a.state->stop || cancel) ? 0u : 1u);
+  if (!a.hostLoop) cudaGraphSetConditional(a.whileHandle, (a.state->stop || cancel) ? 0u : 1u);
 }
 
 /// New centres (sum / count in W, an empty cluster keeps its centre), the centre shift, the stop
@@ -695,13 +707,22 @@ __global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
   const int kd = a.k * a.d;
   const int it = a.state->iteration + 1;
+  // The shift is one thread's serial sum (lloyd_rules.h); it reads copies of the old and new
+  // centres in shared memory when they fit, so that its loop does not wait on global memory.
+  __shared__ WT stageOld[kUpdateStage], stageNew[kUpdateStage];
+  const bool staged = kd <= kUpdateStage;
   for (int e = threadIdx.x; e < kd; e += blockDim.x) {
     const long long c = a.counts[e / a.d];
-    a.cwNew[e] = c > 0 ? a.sums[e] / WT(c) : a.cw[e];
+    const WT old = a.cw[e];
+    const WT v = c > 0 ? a.sums[e] / WT(c) : old;
+    a.cwNew[e] = v;
+    if (staged) stageOld[e] = old, stageNew[e] = v;
   }
   __syncthreads();
   __shared__ double shift;
-  if (threadIdx.x == 0) shift = relativeCentreShift(a.cw, a.cwNew, kd);
+  if (threadIdx.x == 0)
+    shift = staged ? relativeCentreShift<WT>(stageOld, stageNew, kd)
+                   : relativeCentreShift<WT>(a.cw, a.cwNew, kd);
   __syncthreads();
   for (int e = threadIdx.x; e < kd; e += blockDim.x) a.cw[e] = a.cwNew[e];
   __syncthreads();
@@ -940,7 +961,10 @@ class Run final : public LloydRun {
     args_.traceSse = p.traceSse;
     args_.detectCycles = p.detectCycles;
     args_.tolerance = p.tolerance;
-    buildGraph();
+    const char* hostLoop = std::getenv("KMSEG_CUDA_HOST_LOOP");
+    hostLoop_ = hostLoop && *hostLoop && std::string(hostLoop) != "0";
+    args_.hostLoop = hostLoop_;
+    if (!hostLoop_) buildGraph();
     KMSEG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   }
 
@@ -950,9 +974,6 @@ class Run final : public LloydRun {
     volatile Mapped* m = mapped_.host();
     m->cancel = 0;
     m->completed = 0;
-    start_.record(stream_.get());
-    graph_.launch(stream_.get());
-    stop_.record(stream_.get());
     int reported = 0;
     std::vector<IterationStats> trace;
     auto report = [&](int upTo, const TraceEntry* src) {
@@ -961,6 +982,12 @@ class Run final : public LloydRun {
         if (control.progress) control.progress(trace.back());
       }
     };
+    start_.record(stream_.get());
+    launchLoop([&] {
+      report(std::min(int(m->completed), maxIt_), traceHost_.host());
+      if (control.cancelled()) m->cancel = 1;
+    });
+    stop_.record(stream_.get());
     for (;;) {
       const cudaError_t q = cudaEventQuery(stop_.get());
       if (q != cudaSuccess && q != cudaErrorNotReady) KMSEG_CUDA_CHECK(q);
@@ -1013,7 +1040,7 @@ class Run final : public LloydRun {
     for (int rep = -1; rep < repeats; ++rep) {
       mapped_.host()->cancel = 0;
       start_.record(stream_.get());
-      graph_.launch(stream_.get());
+      launchLoop([] {});
       stop_.record(stream_.get());
       KMSEG_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
       if (rep >= 0) ms.push_back(stop_.since(start_));
@@ -1057,8 +1084,62 @@ class Run final : public LloydRun {
     return s;
   }
 
+  // One whole run on stream_: the graph, or with the host loop the same kernels in the same
+  // order, one iteration at a time, reading the loop state back after each (the WHILE
+  // condition is stop || cancelled, as publish() sets it). `afterIteration` runs on this thread
+  // after each host-loop iteration.
+  template <class F>
+  void launchLoop(F&& afterIteration) {
+    cudaStream_t s = stream_.get();
+    if (!hostLoop_) {
+      graph_.launch(s);
+      return;
+    }
+    KMSEG_LAUNCH(resetKernel<A>, 1, kOneBlockThreads, 0, s, args_);
+    for (int it = 0; it < maxIt_; ++it) {
+      launchAssignReseed(s);
+      launchSumsAgain(s);
+      launchUpdate(s);
+      DeviceState st{};
+      KMSEG_CUDA_CHECK(cudaMemcpyAsync(&st, state_.get(), sizeof st, cudaMemcpyDeviceToHost, s));
+      KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
+      afterIteration();
+      if (st.stop || st.cancelled) break;
+    }
+  }
+
+  // Loop body part 1: assignment, reduction, re-seeding.
+  void launchAssignReseed(cudaStream_t s) {
+    launchAssign(s, 1);
+    KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, 1);
+    KMSEG_LAUNCH((reseedKernel<LowT, HighT, WT, LabelT>), 1, kOneBlockThreads, 0, s, args_);
+  }
+
+  // The IF branch: the partial sums of the re-seeded labels and their reduction. Both kernels
+  // return at once when nothing was re-seeded.
+  void launchSumsAgain(cudaStream_t s) {
+    launchAssign(s, 0);
+    KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, 0);
+  }
+
+  // Loop body part 2: update, stop test, [SSE], trace entry and progress.
+  void launchUpdate(cudaStream_t s) {
+    KMSEG_LAUNCH(updateKernel<A>, 1, kOneBlockThreads, 0, s, args_);
+    if (in_.params.traceSse) {
+      KMSEG_LAUNCH(sseKernel<A>, unsigned(blocks_), kAssignThreads, 0, s, args_);
+      KMSEG_LAUNCH(publishKernel<A>, 1, kOneBlockThreads, 0, s, args_);
+    }
+  }
+
+  void launchAssign(cudaStream_t s, int assign) {
+    if (d_ == kFastD)
+      launchAssignFor<kFastD>(s, assign);
+    else
+      launchAssignFor<0>(s, assign);
+  }
+
   template <int DT>
-  void captureAssign(cudaStream_t s, int assign) {
+  void launchAssignFor(cudaStream_t s, int assign) {
     if constexpr (DT == kFastD) {
       if (fast_) {
         auto kernel = assignFastKernel<LowT, HighT, WT, LabelT, DT>;
@@ -1070,10 +1151,11 @@ class Run final : public LloydRun {
     KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
   }
 
-  // The fast pass's shape: the most accumulator slots per warp whose shared memory lets two
-  // blocks share an SM (else one block, up to the opt-in limit; else the generic pass), and
-  // chunks short enough that no slot adds more than about kFastSlotRun points in a row, in a
-  // whole number of waves of resident blocks.
+  // The fast pass's shape: the most accumulator slots per warp whose shared memory lets four
+  // blocks share an SM (KMSEG_CUDA_FAST_SHARED_KB overrides the target, for tuning) (else one
+  // block, up to the opt-in limit; else the generic pass), and chunks short enough that no slot
+  // adds more than about kFastSlotRun points in a row, in a whole number of waves of resident
+  // blocks.
   void chooseFastShape(int sms) {
     int optin = 0;
     KMSEG_CUDA_CHECK(
@@ -1081,9 +1163,12 @@ class Run final : public LloydRun {
     auto bytes = [&](int slots) {
       return fastSharedBytes<LowT, H, WT, kFastD>(k_, slots, kFallback);
     };
+    std::size_t target = sizeof(WT) == 8 ? kFastSharedTargetFp64 : kFastSharedTarget;
+    if (const char* kb = std::getenv("KMSEG_CUDA_FAST_SHARED_KB"); kb && std::atoi(kb) > 0)
+      target = std::size_t(std::atoi(kb)) * 1024;
     int shift = -1;
     for (int s = 5; s >= 0 && shift < 0; --s)
-      if (bytes(1 << s) <= kFastSharedTarget) shift = s;
+      if (bytes(1 << s) <= target) shift = s;
     for (int s = 5; s >= 0 && shift < 0; --s)
       if (bytes(1 << s) <= std::size_t(optin)) shift = s;
     if (shift < 0) return;
@@ -1104,19 +1189,6 @@ class Run final : public LloydRun {
     blocks = std::min(blocks, std::max(1ll, (n + kAssignThreads - 1) / kAssignThreads));
     chunk_ = std::size_t((n + blocks - 1) / blocks);
     chunk_ = (chunk_ + 31) / 32 * 32;
-  }
-
-  void captureBody(cudaGraph_t body, int assign) {
-    cudaStream_t s = stream_.get();
-    KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0,
-                                                   cudaStreamCaptureModeThreadLocal));
-    if (d_ == 5)
-      captureAssign<5>(s, assign);
-    else
-      captureAssign<0>(s, assign);
-    KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, assign);
-    cudaGraph_t captured = nullptr;
-    KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
   }
 
   // Graph: reset -> WHILE { assign, reduce, reseed, IF { sums, reduce }, update, [sse, publish] }
@@ -1149,12 +1221,7 @@ class Run final : public LloydRun {
     // Body part 1: assignment, reduction, re-seeding.
     KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0,
                                                    cudaStreamCaptureModeThreadLocal));
-    if (d_ == 5)
-      captureAssign<5>(s, 1);
-    else
-      captureAssign<0>(s, 1);
-    KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, 1);
-    KMSEG_LAUNCH((reseedKernel<LowT, HighT, WT, LabelT>), 1, kOneBlockThreads, 0, s, args_);
+    launchAssignReseed(s);
     KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
     // The IF node after the last node of part 1.
     KMSEG_CUDA_CHECK(cudaGraphGetNodes(body, nullptr, &count));
@@ -1168,15 +1235,14 @@ class Run final : public LloydRun {
     ip.conditional.size = 1;
     cudaGraphNode_t ifNode = nullptr;
     KMSEG_CUDA_CHECK(cudaGraphAddNode(&ifNode, body, &last, nullptr, 1, &ip));
-    captureBody(ip.conditional.phGraph_out[0], 0);
+    KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, ip.conditional.phGraph_out[0], nullptr,
+                                                   nullptr, 0, cudaStreamCaptureModeThreadLocal));
+    launchSumsAgain(s);
+    KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
     // Body part 2 after the IF node.
     KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, body, &ifNode, nullptr, 1,
                                                    cudaStreamCaptureModeThreadLocal));
-    KMSEG_LAUNCH(updateKernel<A>, 1, kOneBlockThreads, 0, s, args_);
-    if (in_.params.traceSse) {
-      KMSEG_LAUNCH(sseKernel<A>, unsigned(blocks_), kAssignThreads, 0, s, args_);
-      KMSEG_LAUNCH(publishKernel<A>, 1, kOneBlockThreads, 0, s, args_);
-    }
+    launchUpdate(s);
     KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
     graph_.instantiate();
   }
@@ -1195,7 +1261,7 @@ class Run final : public LloydRun {
   const RunInputs& in_;
   std::size_t n_ = 0;
   int d_ = 0, k_ = 0, maxIt_ = 0, device_ = 0;
-  bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false;
+  bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false, hostLoop_ = false;
   int fastSlotShift_ = 0;
   std::size_t shared_ = 0, chunk_ = 0;
   int blocks_ = 0;

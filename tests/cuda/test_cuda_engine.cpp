@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -279,6 +280,96 @@ TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
     EXPECT_EQ(a.emptyClusterEvents, b.emptyClusterEvents) << modeName(mode);
     EXPECT_LE(mismatchFraction(a.labels, b.labels), 1e-3) << modeName(mode);
   }
+}
+
+// KMSEG_CUDA_HOST_LOOP=1 (the loop for profilers and sanitizers) launches the same kernels from
+// the host: labels, centroids, trace and stop must be bit-identical to the graph loop's, with
+// and without re-seeding (the IF branch), with and without the SSE trace, in uniform and mixed
+// modes, at D = 5 (fast pass) and D = 7 (generic pass); progress and cancellation work too.
+class HostLoopEnv {
+ public:
+  HostLoopEnv() { ::setenv("KMSEG_CUDA_HOST_LOOP", "1", 1); }
+  HostLoopEnv(const HostLoopEnv&) = delete;
+  HostLoopEnv& operator=(const HostLoopEnv&) = delete;
+  ~HostLoopEnv() { ::unsetenv("KMSEG_CUDA_HOST_LOOP"); }
+};
+
+void expectSameRun(const KMeansResult& g, const KMeansResult& h) {
+  ASSERT_EQ(g.iterations, h.iterations);
+  EXPECT_EQ(g.stop, h.stop);
+  EXPECT_EQ(g.labels, h.labels);
+  EXPECT_EQ(g.centroids.values, h.centroids.values);
+  EXPECT_EQ(g.fallbacks, h.fallbacks);
+  EXPECT_EQ(g.emptyClusterEvents, h.emptyClusterEvents);
+  EXPECT_EQ(g.sse, h.sse);
+  ASSERT_EQ(g.trace.size(), h.trace.size());
+  for (std::size_t i = 0; i < g.trace.size(); ++i) {
+    SCOPED_TRACE("iteration " + std::to_string(i + 1));
+    EXPECT_EQ(g.trace[i].changed, h.trace[i].changed);
+    EXPECT_EQ(g.trace[i].fallbacks, h.trace[i].fallbacks);
+    EXPECT_EQ(g.trace[i].emptyClusters, h.trace[i].emptyClusters);
+    EXPECT_EQ(g.trace[i].centreShift, h.trace[i].centreShift);
+    EXPECT_EQ(g.trace[i].sse, h.trace[i].sse);
+  }
+}
+
+TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
+  struct Case {
+    const char* what;
+    Matrix data;
+    Matrix init;
+    int k;
+  };
+  const Matrix coffee = photo("samples/coffee.png");
+  const Matrix generic = blobs(5003, 7, 6, 0.1, 9);
+  const Matrix reseed = randomData(3001, 5, 23);
+  std::vector<Case> cases;
+  cases.push_back({"coffee K=32", coffee,
+                   gatherRows(coffee, chooseInitialCentres(coffee, 32, Init::RandomPoints, 5)),
+                   32});
+  cases.push_back({"blobs D=7", generic,
+                   gatherRows(generic, chooseInitialCentres(generic, 8, Init::RandomPoints, 4)),
+                   8});
+  cases.push_back({"re-seeding", reseed, gatherRows(reseed, {0, 0, 1, 1, 2, 3}), 6});
+  for (const Case& c : cases) {
+    for (Mode mode : {Mode::Fp64, Mode::Fp32, Mode::Fp16, Mode::Fp16Fp32, Mode::Bf16Fp64}) {
+      for (bool sse : {true, false}) {
+        SCOPED_TRACE(std::string(c.what) + ", mode " + std::string(modeName(mode)) +
+                     (sse ? ", SSE traced" : ", no SSE trace"));
+        KMeansParams p = paramsFor(mode, c.k, 60);
+        p.traceSse = sse;
+        const KMeansResult g = gpu->run(c.data, c.init, p);
+        KMeansResult h;
+        int calls = 0;
+        RunControl control;
+        control.progress = [&](const IterationStats& s) { EXPECT_EQ(s.iteration, ++calls); };
+        {
+          HostLoopEnv env;
+          h = gpu->run(c.data, c.init, p, control);
+        }
+        EXPECT_EQ(calls, h.iterations);
+        expectSameRun(g, h);
+      }
+    }
+  }
+  // Cancellation takes effect within one iteration in the host loop too.
+  HostLoopEnv env;
+  KMeansParams p = paramsFor(Mode::Fp32, 32, 300);
+  p.tolerance = 0;
+  p.detectCycles = false;
+  std::atomic<bool> cancel{false};
+  int seen = 0;
+  RunControl c;
+  c.cancel = &cancel;
+  c.progress = [&](const IterationStats& s) {
+    seen = s.iteration;
+    if (s.iteration == 3) cancel = true;
+  };
+  EXPECT_THROW(gpu->run(cases[0].data, cases[0].init, p, c), Cancelled);
+  EXPECT_GE(seen, 3);
+  EXPECT_LE(seen, 4);
 }
 
 // The paper's near-points setting: clusters far from the origin and close to each other, so

@@ -36,6 +36,13 @@ inline constexpr int kCudaMaxClusters = 1024;
 inline constexpr int kCudaMaxFeatures = 128;
 
 /// The CUDA engine on device 0. Throws BackendError when no device answers.
+///
+/// The Lloyd loop runs as one CUDA graph whose conditional WHILE/IF nodes keep it on the device.
+/// Profilers and sanitizers (ncu, compute-sanitizer) cannot handle conditional nodes, so the
+/// environment variable KMSEG_CUDA_HOST_LOOP=1, read when a run starts, makes the host launch
+/// the same kernels in the same order each iteration and read the stop decision back instead.
+/// Results (labels, centroids, trace) are bit-identical to the graph loop; it is slower (one
+/// host round trip per iteration) and meant for profiling and sanitizers only.
 std::unique_ptr<KMeansEngine> makeCudaEngine();
 
 /// Device timing of one mode's Lloyd loop (CUDA events around the whole device-resident loop,
