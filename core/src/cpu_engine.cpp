@@ -96,14 +96,15 @@ struct Lloyd {
   std::size_t n, d, k;
   std::size_t blocks, blockSize;
 
-  std::vector<WT> xw;     // N x D working-precision data
-  std::vector<LowT> xl;   // N x D low-precision copy fl_low(x_W) (empty when LowT == WT)
-  std::vector<LowT> xxl;  // ||x~||^2 in low precision, per sample
-  std::vector<WT> cw;     // K x D centres in W
-  std::vector<LowT> cl;   // K x D fl_low(c_W)
-  std::vector<LowT> clT;  // D x K transpose of cl
-  std::vector<LowT> ccl;  // ||c~||^2 per centre
-  std::vector<H> ch;      // K x D centres in H (fallback)
+  std::vector<WT> xwStore;  // N x D working-precision data, when W is not the input's fp64
+  const WT* xw = nullptr;   // the working-precision data (the input itself when W is fp64)
+  std::vector<LowT> xl;     // N x D low-precision copy fl_low(x_W) (empty when LowT == WT)
+  std::vector<LowT> xxl;    // ||x~||^2 in low precision, per sample
+  std::vector<WT> cw;       // K x D centres in W
+  std::vector<LowT> cl;     // K x D fl_low(c_W)
+  std::vector<LowT> clT;    // D x K transpose of cl
+  std::vector<LowT> ccl;    // ||c~||^2 per centre
+  std::vector<H> ch;        // K x D centres in H (fallback)
   H factor{};
 
   // Distance bounds (Hamerly) for the uniform fp64/fp32 modes: per sample an upper bound on the
@@ -130,7 +131,7 @@ struct Lloyd {
   static constexpr bool kSharedLow = std::is_same_v<LowT, WT>;
   const LowT* lowRow(std::size_t i) const {
     if constexpr (kSharedLow)
-      return xw.data() + i * d;
+      return xw + i * d;
     else
       return xl.data() + i * d;
   }
@@ -139,15 +140,21 @@ struct Lloyd {
       : data(x), params(p), control(c), threads(t), n(x.rows), d(x.cols), k(std::size_t(p.k)) {
     blocks = blockCount(n, k, d);
     blockSize = (n + blocks - 1) / blocks;
-    xw.resize(n * d);
-    for (std::size_t i = 0; i < n * d; ++i) xw[i] = WT(x.values[i]);
-    if constexpr (!kSharedLow) {
-      xl.resize(n * d);
-      for (std::size_t i = 0; i < n * d; ++i) xl[i] = ML::from(double(xw[i]));
+    if constexpr (std::is_same_v<WT, double>) {
+      xw = x.values.data();  // fp64 working precision: the features are already the data
+    } else {
+      xwStore.resize(n * d);
+      xw = xwStore.data();
     }
+    if constexpr (!kSharedLow) xl.resize(n * d);
     xxl.resize(n);
+    // Conversions and norms, block by block on all threads (first touch included).
     parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
       const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
+      if constexpr (!std::is_same_v<WT, double>)
+        for (std::size_t e = lo * d; e < hi * d; ++e) xwStore[e] = WT(x.values[e]);
+      if constexpr (!kSharedLow)
+        for (std::size_t e = lo * d; e < hi * d; ++e) xl[e] = ML::from(double(xw[e]));
       for (std::size_t i = lo; i < hi; ++i) xxl[i] = squaredNorm<LowT>(lowRow(i), int(d));
     });
     if constexpr (kFallback)
@@ -236,7 +243,7 @@ struct Lloyd {
         xhHeap.resize(std::size_t(dd));
         xh = xhHeap.data();
       }
-      const WT* xwRow = xw.data() + i * d;
+      const WT* xwRow = xw + i * d;
       for (int c = 0; c < dd; ++c) xh[c] = MH::from(double(xwRow[c]));
       for (std::size_t j = 0; j < kk; ++j) {
         bool fell = false;
@@ -343,7 +350,7 @@ struct Lloyd {
       // Kahan summation in W: a fixed order within the block (D known at compile time for
       // the image case, so the D lanes vectorise).
       const std::size_t dd = DT > 0 ? std::size_t(DT) : d;
-      const WT* __restrict xr = xw.data() + i * dd;
+      const WT* __restrict xr = xw + i * dd;
       WT* __restrict s = sum + std::size_t(label) * dd;
       WT* __restrict c = comp + std::size_t(label) * dd;
       std::size_t q = 0;
@@ -419,7 +426,7 @@ struct Lloyd {
 
   // Direct distance in W between sample i and centre j of `centres`.
   WT distanceW(std::size_t i, const WT* centres, std::size_t j) const {
-    return directDistance<WT>(xw.data() + i * d, centres + j * d, int(d));
+    return directDistance<WT>(xw + i * d, centres + j * d, int(d));
   }
 
   // Re-seeds each empty cluster (ascending) with the sample farthest from the centre it was
@@ -549,8 +556,7 @@ struct Lloyd {
     r.labels = std::move(labels);
     r.centroids = Matrix(k, d);
     for (std::size_t j = 0; j < k * d; ++j) r.centroids.values[j] = double(cw[j]);
-    r.sse = params.traceSse && !r.trace.empty() ? r.trace.back().sse
-                                                : computeSse(data, r.labels, r.centroids);
+    r.sse = params.traceSse && !r.trace.empty() ? r.trace.back().sse : sseOf(r.labels.data(), cw);
     return r;
   }
 };
