@@ -13,6 +13,8 @@
 #include "kmseg/init.h"
 #include "kmseg/kmeans.h"
 
+#include "test_data.h"
+
 namespace kmseg {
 namespace {
 
@@ -32,13 +34,7 @@ Matrix threeBlobs(std::size_t perBlob, std::uint32_t seed, std::vector<int>* tru
   return m;
 }
 
-Matrix randomData(std::size_t n, std::size_t d, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  Matrix m(n, d);
-  for (double& v : m.values) v = u(rng);
-  return m;
-}
+using test::randomData;
 
 class EveryMode : public ::testing::TestWithParam<Mode> {};
 
