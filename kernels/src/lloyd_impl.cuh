@@ -11,25 +11,29 @@
 // One iteration is one pass of the graph's loop body:
 //   assignKernel  -> labels, changed / fallback / 2-cycle counts, per-block centroid partials
 //   reduceKernel  -> per-cluster sums and counts (fixed-order tree over the block partials)
-//   reseedKernel  -> empty-cluster re-seeding (sets the IF condition when it moved a point)
-//   IF { assignKernel (sums only), reduceKernel }
-//   updateKernel  -> new centres, shift, stop test, next iteration's low/high centre copies
+//   reseedKernel  -> empty-cluster re-seeding (sets the IF condition when it moved a point);
+//                    when nothing was re-seeded, the update: new centres, shift, stop test,
+//                    next iteration's low/high centre copies
+//   IF { assignKernel (sums only), reduceKernel, updateKernel }
 //   [sseKernel -> publishKernel]  when the trace wants the SSE
-// The last kernel of the body writes the iteration's trace entry to device memory and to
-// pinned mapped host memory, reads the cancel flag from mapped memory and sets the WHILE
-// condition. With KMSEG_CUDA_HOST_LOOP=1 (cuda_engine.h) the host launches the same kernels in
-// the same order per iteration instead, reading the stop decision back each time; the kernels of
-// the IF branch then always run and return at once when nothing was re-seeded, exactly as the
-// skipped branch leaves the state. Determinism: the sums use no floating-point atomics (see each
-// kernel's comment); integer counts use integer atomics, which are exact in any order.
+// The kernel that completes the iteration (the update, or publishKernel with the SSE trace)
+// writes its trace entry to device memory and to pinned mapped host memory, reads the cancel
+// flag from mapped memory and sets the WHILE condition. With KMSEG_CUDA_HOST_LOOP=1 (cuda_engine.h)
+// the host launches the same kernels in the same order per iteration instead, reading the stop
+// decision back each time; the kernels of the IF branch then always run and return at once when
+// nothing was re-seeded, exactly as the skipped branch leaves the state. Determinism: the sums use
+// no floating-point atomics (see each kernel's comment); integer counts use integer atomics, which
+// are exact in any order.
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -54,6 +58,11 @@ inline constexpr int kReduceThreads = 256;
 inline constexpr int kOneBlockThreads = 1024;
 // Centre entries (K D) up to which updateKernel stages the old and new centres in shared memory.
 inline constexpr int kUpdateStage = 2048;
+// Shared memory of the kernels that run update(): its two staging arrays, or reseedKernel's
+// argmax buffers, which are done with before update() starts.
+template <class WT>
+inline constexpr std::size_t kUpdateShared =
+    std::max(2 * kUpdateStage * sizeof(WT), kOneBlockThreads*(sizeof(WT) + sizeof(long long)));
 // Dynamic shared memory the assignment kernel may use without opting in (48 KiB) less room
 // for its static shared variables.
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
@@ -114,6 +123,8 @@ struct Args {
   LowT* ccl;               // K ||c~||^2 in low precision
   H* ch;                   // K x D centres in H (mixed modes)
   H factor;                // reliability factor rho 2 gamma_{D+2}(u_low), in H
+  LowT sureFactor;         // packed pass: factor rounded up with margin, in LowT (see below)
+  LowT sureFloor;          // packed pass: smallest normal LowT, the threshold's absolute slack
   WT* partialSum;          // (K x D) x B block partials, element-major
   unsigned* partialCount;  // K x B
   WT* scratch;             // B x (2 K D) Kahan accumulators when they do not fit in shared memory
@@ -395,13 +406,285 @@ struct alignas(16) HighCentre {
   H c[DT];
 };
 
+// ---- the packed pass (fp16 and bf16 distances, two centres per instruction) ------------------
+//
+// With LowT = __half or __nv_bfloat16 the fast pass evaluates each point against two centres at
+// once with half2 / bfloat162 arithmetic: each lane of a packed fma rounds exactly as the scalar
+// fma of the shared formulas, so the two lanes hold the distances of centres 2t and 2t + 1 bit
+// for bit. The argmin runs on the packed values too (per-lane masks select value and index), one
+// running minimum per lane; the two are merged at the end by (distance, index), which is what the
+// sequential scan with ties to the lowest index gives.
+//
+// Mixed modes: the reliability test d^ > fl_H(f s) is replaced, for most pairs, by a packed test
+// that is sufficient: d^ > fl_low(f' s + m), with f' >= f (1 + 4 u_low) rounded up to LowT and m
+// the smallest normal LowT. Since f' s + m is in LowT's normal range, fl_low(f' s + m) >=
+// (f' s + m)(1 - u_low) >= f s (1 + 4 u_low)(1 - u_low) > f s (1 + u_H) >= fl_H(f s) for s >= 0
+// (and = m > 0 = fl_H(f s) for s = 0). Pairs that pass are reliable and their distance is d^.
+// Pairs that do not are marked in a bit set (16 centre pairs per 32-bit word) and evaluated
+// afterwards with the exact scalar code (mixedDistance), which decides the fallback, so the
+// fallback count is the exact one. Valid when no distance can overflow: the host takes this
+// pass only when every feature's magnitude is at most kPackedMaxAbs<LowT> (then s, 2 x^T c and
+// d^ are finite and d = fma(-2, dot, s) equals s - 2 dot, since 2 dot is exact).
+
+template <class LowT>
+inline constexpr bool kPackedLow =
+    std::is_same_v<LowT, __half> || std::is_same_v<LowT, __nv_bfloat16>;
+
+/// Whether the fast pass takes the packed path: every fp16 / bf16 mode except bf16 with a
+/// fallback. bf16's reliability factor is 8 times fp16's, so a large share of the pairs is not
+/// vouched for by the packed test and the exact re-evaluation costs more than packing saves
+/// (H200, 12 MP, K = 32: bf16>fp32 1.22 ms per iteration packed, 0.62 ms scalar).
+template <class LowT, bool kFallback>
+inline constexpr bool kPackedPass = std::is_same_v<LowT, __half> ||
+                                    (std::is_same_v<LowT, __nv_bfloat16> && !kFallback);
+
+template <class LowT>
+struct Packed {
+  using type = LowT;  // not packed: PairCentre<LowT> is declared but never used
+};
+template <>
+struct Packed<__half> {
+  using type = __half2;
+};
+template <>
+struct Packed<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+};
+
+/// Largest feature magnitude for which the fast passes' distances cannot overflow at D = 5:
+/// s = ||x||^2 + ||c||^2 <= 10 M^2 stays finite (fp16: 10 * 64^2 = 40960 < 65504).
+template <class LowT>
+inline constexpr double kFastMaxAbs = std::is_same_v<LowT, __half> ? 64.0 : 1e18;
+template <>
+inline constexpr double kFastMaxAbs<double> = 1e150;
+
+/// Two centres of the packed pass in shared memory: centre 2t in the low lane, 2t + 1 in the
+/// high lane (for odd K the high lane of the last pair has norm +inf, so it never wins), their
+/// indices as two 16-bit halves, and `bits`: the pair's bits in the not-sure set (bit t mod 16
+/// for the low lane, bit 16 + t mod 16 for the high lane; 0 for a missing centre).
+template <class LowT, int DT>
+struct alignas(16) PairCentre {
+  using T2 = typename Packed<LowT>::type;
+  T2 c[DT];
+  T2 cc;
+  unsigned bits;
+  unsigned index;
+};
+
+template <class T2>
+__device__ inline unsigned bitsOf(T2 v) {
+  unsigned u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+}
+template <class T2>
+__device__ inline T2 fromBits(unsigned u) {
+  T2 v;
+  memcpy(&v, &u, sizeof u);
+  return v;
+}
+template <class LowT>
+__device__ inline auto broadcast(LowT v) {
+  using T2 = typename Packed<LowT>::type;
+  return T2{v, v};
+}
+template <class LowT>
+__device__ inline LowT lane(typename Packed<LowT>::type v, int hi) {
+  return hi ? v.y : v.x;
+}
+
+template <int DT, class A>
+__device__ PairCentre<std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>, DT> makePairCentre(
+    const A& a, int t) {
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
+  PairCentre<LowT, DT> c;
+  const int j0 = 2 * t, j1 = 2 * t + 1;
+  const bool has1 = j1 < a.k;
+  const LowT zero = Math<LowT>::from(0.0);
+  for (int q = 0; q < DT; ++q) c.c[q] = {a.cl[j0 * DT + q], has1 ? a.cl[j1 * DT + q] : zero};
+  c.cc = {a.ccl[j0], has1 ? a.ccl[j1] : Math<LowT>::from(__builtin_huge_val())};
+  const int b = t & 15;
+  c.bits = (1u << b) | (has1 ? 1u << (16 + b) : 0u);
+  c.index = unsigned(j0) | (unsigned(has1 ? j1 : 0xffff) << 16);
+  return c;
+}
+
+/// The smallest LowT >= v (v > 0 and finite), on the host.
+template <class LowT>
+LowT roundUp(double v) {
+  LowT r = Math<LowT>::from(v);
+  if (Math<LowT>::toDouble(r) < v) {
+    if constexpr (std::is_same_v<LowT, __half>) {
+      __half_raw raw = r;
+      raw.x += 1;
+      r = raw;
+    } else {
+      __nv_bfloat16_raw raw = r;
+      raw.x += 1;
+      r = raw;
+    }
+  }
+  return r;
+}
+
+/// Packed assignment of P points (rows w, in W) of one thread: best[p] gets the label, fallbacks
+/// the exact fallback count of the valid points.
+template <int P, class A, class PC, class HC, class WT, int DT>
+__device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, const WT (&w)[P][DT],
+                                    const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
+  using T2 = typename Packed<LowT>::type;
+  using H = typename A::H;
+  constexpr bool kFallback = A::kFallback;
+  const int pairs = (a.k + 1) / 2;
+  // Point p's x~ as (x0, x1), (x2, x3), (x4, ||x~||^2): the packed fmas take one lane of each
+  // register broadcast to both lanes.
+  LowT x[P][DT];
+  LowT xx[P];
+  unsigned bestBits[P], bestIdx[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+#pragma unroll
+    for (int q = 0; q < DT; ++q) x[p][q] = convert<LowT>(w[p][q]);
+    xx[p] = squaredNorm<LowT>(x[p], DT);
+    bestBits[p] = bitsOf(broadcast<LowT>(Math<LowT>::from(__builtin_huge_val())));
+    bestIdx[p] = 0xffffffffu;
+  }
+  const T2 zero2 = broadcast<LowT>(Math<LowT>::from(0.0));
+  const T2 minus2 = broadcast<LowT>(Math<LowT>::from(-2.0));
+  const T2 sure2 = broadcast<LowT>(a.sureFactor);
+  const T2 floor2 = broadcast<LowT>(a.sureFloor);
+  H slowD[kFallback ? P : 1];
+  int slowJ[kFallback ? P : 1];
+  if constexpr (kFallback) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) slowD[p] = H(__builtin_huge_val()), slowJ[p] = 0x7fffffff;
+  }
+  for (int t0 = 0; t0 < pairs; t0 += 16) {
+    const int t1 = min(pairs, t0 + 16);
+    unsigned notSure[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) notSure[p] = 0;
+#pragma unroll 2
+    for (int t = t0; t < t1; ++t) {
+      const PC c = scp[t];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        T2 dot = zero2;
+#pragma unroll
+        for (int q = 0; q < DT; ++q) dot = __hfma2(broadcast<LowT>(x[p][q]), c.c[q], dot);
+        const T2 s = __hadd2_rn(broadcast<LowT>(xx[p]), c.cc);
+        const T2 d = __hfma2(minus2, dot, s);
+        unsigned take = __hlt2_mask(d, fromBits<T2>(bestBits[p]));
+        if constexpr (kFallback) {
+          const unsigned sure = __hgt2_mask(d, __hfma2(sure2, s, floor2));
+          notSure[p] |= ~sure & c.bits;
+          take &= sure;
+        }
+        bestBits[p] = (bitsOf(d) & take) | (bestBits[p] & ~take);
+        bestIdx[p] = (c.index & take) | (bestIdx[p] & ~take);
+      }
+    }
+    if constexpr (kFallback) {
+      // The pairs the packed test could not vouch for, with the exact scalar formulas.
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        H xh[DT];
+#pragma unroll
+        for (int q = 0; q < DT; ++q) xh[q] = convert<H>(w[p][q]);
+        while (notSure[p]) {
+          const int b = __ffs(notSure[p]) - 1;
+          notSure[p] &= notSure[p] - 1;
+          const int hi = b >> 4;
+          const int j = 2 * (t0 + (b & 15)) + hi;
+          const PC& c = scp[j >> 1];
+          LowT cj[DT];
+#pragma unroll
+          for (int q = 0; q < DT; ++q) cj[q] = lane<LowT>(c.c[q], hi);
+          const LowT dot = dotProduct<LowT>(x[p], cj, DT);
+          bool fell = false;
+          const H dj =
+              mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], lane<LowT>(c.cc, hi), dot), xh,
+                                     sch[j].c, DT, a.factor, &fell);
+          fallbacks += unsigned(fell && valid[p]);
+          if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
+        }
+      }
+    }
+  }
+  // Merge the lanes' minima (and the exactly evaluated pairs') by (distance, index).
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const T2 v = fromBits<T2>(bestBits[p]);
+    using C = std::conditional_t<kFallback, H, float>;
+    C bd = convert<C>(v.x);
+    int bj = int(bestIdx[p] & 0xffff);
+    const C d1 = convert<C>(v.y);
+    const int j1 = int(bestIdx[p] >> 16);
+    if (d1 < bd || (d1 == bd && j1 < bj)) bd = d1, bj = j1;
+    if constexpr (kFallback)
+      if (slowD[p] < bd || (slowD[p] == bd && slowJ[p] < bj)) bd = slowD[p], bj = slowJ[p];
+    best[p] = bj;
+  }
+}
+
+/// Scalar assignment of P points for fp32 / fp64 distances (same contract as packedAssign).
+/// Uniform modes: with finite distances (guaranteed by kFastMaxAbs) the sequential scan with
+/// closer() is a strict < from +inf, and d = fma(-2, dot, s) equals s - 2 dot.
+template <int P, class A, class LC, class HC, class WT, int DT>
+__device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, const WT (&w)[P][DT],
+                                    const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
+  using H = typename A::H;
+  using M = Math<LowT>;
+  constexpr bool kFallback = A::kFallback;
+  using DistT = std::conditional_t<kFallback, H, CompareT<LowT>>;
+  LowT x[P][DT];
+  LowT xx[P];
+  H xh[kFallback ? P : 1][DT];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+#pragma unroll
+    for (int q = 0; q < DT; ++q) {
+      x[p][q] = convert<LowT>(w[p][q]);
+      if constexpr (kFallback) xh[p][q] = convert<H>(w[p][q]);
+    }
+    xx[p] = squaredNorm<LowT>(x[p], DT);
+  }
+  DistT bestD[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) bestD[p] = DistT(__builtin_huge_val()), best[p] = 0;
+#pragma unroll 2
+  for (int j = 0; j < a.k; ++j) {
+    const LC c = scl[j];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
+      DistT dj;
+      if constexpr (kFallback) {
+        bool fell = false;
+        dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], c.cc, dot), xh[p], sch[j].c, DT,
+                                    a.factor, &fell);
+        fallbacks += unsigned(fell && valid[p]);
+      } else {
+        dj = convert<DistT>(M::fma(M::from(-2.0), dot, M::add(xx[p], c.cc)));
+      }
+      if (dj < bestD[p]) bestD[p] = dj, best[p] = j;
+    }
+  }
+}
+
 /// Bytes of the fast pass's dynamic shared memory for `slots` accumulator slots per warp.
 template <class LowT, class H, class WT, int DT>
 constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
   const std::size_t acc = std::size_t(kWarps) * k * DT * slots * sizeof(WT);
   const std::size_t counts = (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
-  return (acc + 15) / 16 * 16 + counts + k * sizeof(LowCentre<LowT, DT>) +
-         (fallback ? k * sizeof(HighCentre<H, DT>) : 0);
+  std::size_t centres = k * sizeof(LowCentre<LowT, DT>);
+  if constexpr (kPackedLow<LowT>) {
+    if (fallback ? kPackedPass<LowT, true> : kPackedPass<LowT, false>)
+      centres = (k + 1) / 2 * sizeof(PairCentre<LowT, DT>);
+  }
+  return (acc + 15) / 16 * 16 + counts + centres + (fallback ? k * sizeof(HighCentre<H, DT>) : 0);
 }
 
 /// The assignment pass for a compile-time D (the image case), same contract as assignKernel.
@@ -410,10 +693,13 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// round + p kAssignThreads + t (p < kFastPoints), so each centre loaded from shared memory
 /// serves kFastPoints points. Only the working-precision rows are read: the low-precision x~ is
 /// convert<LowT>(x_W) in registers, the same single rounding as convertKernel's copy. Every
-/// per-pair distance is the shared formula of distance.h, evaluated per element.
+/// per-pair distance is the shared formula of distance.h, evaluated per element: scalar for
+/// fp64 / fp32 distances (scalarAssign), two centres per packed instruction for fp16 / bf16
+/// (packedAssign, see kPackedPass). The host takes this pass only when no distance can overflow
+/// (kFastMaxAbs); the generic assignKernel covers the rest.
 /// Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W (lane l
 /// adds into slot l mod S; the 32 / S lanes of a slot take turns in lane order), the cluster
-/// counts, and the centres (LowCentre, HighCentre).
+/// counts, and the centres (LowCentre or PairCentre, HighCentre).
 /// Determinism: a slot's sum adds its points in a fixed order (phase = lane / S, then round,
 /// then p); integer counts use shared atomics (exact). The fold adds, per element, the slots of
 /// each warp in slot order, then the warps in warp order, and writes partialSum[e blocks + b].
@@ -426,8 +712,9 @@ __global__ void __launch_bounds__(kAssignThreads)
   using H = typename A::H;
   using LC = LowCentre<LowT, DT>;
   using HC = HighCentre<H, DT>;
-  using DistT = std::conditional_t<A::kFallback, H, CompareT<LowT>>;
+  using PC = PairCentre<LowT, DT>;
   constexpr bool kFallback = A::kFallback;
+  constexpr bool kPacked = kPackedPass<LowT, kFallback>;
   constexpr int P = kFastPoints;
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -445,24 +732,32 @@ __global__ void __launch_bounds__(kAssignThreads)
   unsigned char* p8 = smem + (accElems * sizeof(WT) + 15) / 16 * 16;
   unsigned* count = reinterpret_cast<unsigned*>(p8);
   p8 += (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
+  const int lowCentres = kPacked ? (k + 1) / 2 : k;
   LC* scl = reinterpret_cast<LC*>(p8);
-  HC* sch = reinterpret_cast<HC*>(p8 + k * sizeof(LC));
+  PC* scp = reinterpret_cast<PC*>(p8);
+  HC* sch = reinterpret_cast<HC*>(p8 + lowCentres * (kPacked ? sizeof(PC) : sizeof(LC)));
 
   for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
   for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
   __shared__ unsigned totals[3];
   if (threadIdx.x < 3) totals[threadIdx.x] = 0;
   if (assign) {
-    for (int j = threadIdx.x; j < k; j += blockDim.x) {
-      LC c;
-      HC h;
-      for (int q = 0; q < DT; ++q) {
-        c.c[q] = a.cl[j * DT + q];
-        if constexpr (kFallback) h.c[q] = a.ch[j * DT + q];
+    if constexpr (kPacked) {
+      for (int t = threadIdx.x; t < lowCentres; t += blockDim.x) scp[t] = makePairCentre<DT>(a, t);
+    } else {
+      for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        LC c;
+        for (int q = 0; q < DT; ++q) c.c[q] = a.cl[j * DT + q];
+        c.cc = a.ccl[j];
+        scl[j] = c;
       }
-      c.cc = a.ccl[j];
-      scl[j] = c;
-      if constexpr (kFallback) sch[j] = h;
+    }
+    if constexpr (kFallback) {
+      for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        HC h;
+        for (int q = 0; q < DT; ++q) h.c[q] = a.ch[j * DT + q];
+        sch[j] = h;
+      }
     }
   }
   __syncthreads();
@@ -485,54 +780,11 @@ __global__ void __launch_bounds__(kAssignThreads)
       for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
     }
     if (assign) {
-      LowT x[P][DT];
-      LowT xx[P];
-      H xh[kFallback ? P : 1][DT];
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-#pragma unroll
-        for (int q = 0; q < DT; ++q) {
-          x[p][q] = convert<LowT>(w[p][q]);
-          if constexpr (kFallback) xh[p][q] = convert<H>(w[p][q]);
-        }
-        xx[p] = squaredNorm<LowT>(x[p], DT);
-      }
-      // The distance of point p to centre j, as the mode defines it.
-      auto distance = [&](const LC& c, int j, int p) -> DistT {
-        const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
-        const Expanded<LowT> e = expandedDistance<LowT>(xx[p], c.cc, dot);
-        if constexpr (kFallback) {
-          bool fell = false;
-          const H dj = mixedDistance<LowT, H>(e, xh[p], sch[j].c, DT, a.factor, &fell);
-          fallbacks += unsigned(fell && valid[p]);
-          return dj;
-        } else {
-          (void)j;
-          return convert<DistT>(e.distance);
-        }
-      };
-      DistT bestD[P];
       int best[P];
-      {
-        const LC c = scl[0];
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          bestD[p] = distance(c, 0, p);
-          best[p] = 0;
-        }
-      }
-#pragma unroll 2
-      for (int j = 1; j < k; ++j) {
-        const LC c = scl[j];
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-          const DistT dj = distance(c, j, p);
-          if (closer(dj, bestD[p])) {
-            bestD[p] = dj;
-            best[p] = j;
-          }
-        }
-      }
+      if constexpr (kPacked)
+        packedAssign<P>(a, scp, sch, w, valid, best, fallbacks);
+      else
+        scalarAssign<P>(a, scl, sch, w, valid, best, fallbacks);
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         label[p] = best[p];
@@ -628,14 +880,18 @@ __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) 
   }
 }
 
+template <class A, class WT>
+__device__ void update(const A& a, WT* stageOld, WT* stageNew);
+
 /// Re-seeds empty clusters (lloyd_rules.h: fartherCandidate) in ascending order, each with the
 /// point farthest (direct formula in W) from the centre it was assigned to, among points whose
 /// cluster keeps another member. One block; the argmax is a total order, so the choice does not
 /// depend on the reduction order. Sets the IF condition when a point moved.
 template <class LowT, class HighT, class WT, class LabelT>
 __global__ void __launch_bounds__(kOneBlockThreads) reseedKernel(Args<LowT, HighT, WT, LabelT> a) {
-  __shared__ WT bestD[kOneBlockThreads];
-  __shared__ long long bestI[kOneBlockThreads];
+  __shared__ __align__(16) unsigned char buf[kUpdateShared<WT>];
+  long long* bestI = reinterpret_cast<long long*>(buf);
+  WT* bestD = reinterpret_cast<WT*>(buf + kOneBlockThreads * sizeof(long long));
   __shared__ int anyEmpty;
   if (threadIdx.x == 0) anyEmpty = 0;
   __syncthreads();
@@ -684,33 +940,45 @@ __global__ void __launch_bounds__(kOneBlockThreads) reseedKernel(Args<LowT, High
     a.state->empty = events;
     if (!a.hostLoop) cudaGraphSetConditional(a.ifHandle, events > 0 ? 1u : 0u);
   }
+  // Without re-seeding the sums stand: the update follows in this kernel (one launch less per
+  // iteration); otherwise the IF branch recomputes the sums and runs updateKernel.
+  if (events == 0) {
+    __syncthreads();
+    WT* stage = reinterpret_cast<WT*>(buf);
+    update(a, stage, stage + kUpdateStage);
+  }
+}
+
+// The host's cancel flag, read from mapped memory. Kernels that publish read it when they start,
+// so that the read's round trip over the bus overlaps their work.
+template <class A>
+__device__ int readCancel(const A& a) {
+  return *reinterpret_cast<volatile int*>(&a.mapped->cancel);
 }
 
 // Writes the trace entry of iteration `it` to device and mapped memory, publishes the progress
-// and sets the loop condition. Thread 0 only.
+// and sets the loop condition from the stop test and `cancel` (readCancel at the kernel's
+// start). Thread 0 only.
 template <class A>
-__device__ void publish(const A& a, int it) {
+__device__ void publish(const A& a, int it, int cancel) {
   const TraceEntry e = a.trace[it - 1];
   a.traceHost[it - 1] = e;
   __threadfence_system();
   *reinterpret_cast<volatile int*>(&a.mapped->completed) = it;
-  __threadfence_system();
-  const int cancel = *reinterpret_cast<volatile int*>(&a.mapped->cancel);
   if (cancel && !a.state->stop) a.state->cancelled = 1;
   if (!a.hostLoop) cudaGraphSetConditional(a.whileHandle, (a.state->stop || cancel) ? 0u : 1u);
 }
 
 /// New centres (sum / count in W, an empty cluster keeps its centre), the centre shift, the stop
 /// test, the trace entry, and the low/high centre copies for the next iteration. One block.
-template <class A>
-__global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a) {
-  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
+template <class A, class WT>
+__device__ void update(const A& a, WT* stageOld, WT* stageNew) {
   const int kd = a.k * a.d;
   const int it = a.state->iteration + 1;
   // The shift is one thread's serial sum (lloyd_rules.h); it reads copies of the old and new
   // centres in shared memory when they fit, so that its loop does not wait on global memory.
-  __shared__ WT stageOld[kUpdateStage], stageNew[kUpdateStage];
   const bool staged = kd <= kUpdateStage;
+  const int cancel = threadIdx.x == 0 && !a.traceSse ? readCancel(a) : 0;
   for (int e = threadIdx.x; e < kd; e += blockDim.x) {
     const long long c = a.counts[e / a.d];
     const WT old = a.cw[e];
@@ -746,8 +1014,20 @@ __global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a) {
     s.iteration = it;
     s.changed = s.fallbacks = s.cycleDiff = 0;
     s.empty = 0;
-    if (!a.traceSse) publish(a, it);
+    if (!a.traceSse) publish(a, it, cancel);
   }
+}
+
+/// update() as a kernel, for the iterations that re-seeded (`reseeded` = 1: it returns at once
+/// when nothing was re-seeded, so the host loop may launch it unconditionally) and for the generic
+/// loop. One block.
+template <class A>
+__global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a, int reseeded) {
+  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
+  if (reseeded && a.state->empty == 0) return;
+  __shared__ __align__(16) unsigned char buf[kUpdateShared<WT>];
+  WT* stage = reinterpret_cast<WT*>(buf);
+  update(a, stage, stage + kUpdateStage);
 }
 
 /// Per-block fp64 SSE of the current labels against the current centres, on the original rows.
@@ -779,6 +1059,7 @@ __global__ void __launch_bounds__(kAssignThreads) sseKernel(A a) {
 template <class A>
 __global__ void __launch_bounds__(kOneBlockThreads) publishKernel(A a) {
   __shared__ double buf[kOneBlockThreads];
+  const int cancel = threadIdx.x == 0 ? readCancel(a) : 0;
   double s = 0.0;
   for (int b = threadIdx.x; b < a.blocks; b += blockDim.x) s = s + a.ssePartial[b];
   buf[threadIdx.x] = s;
@@ -790,7 +1071,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) publishKernel(A a) {
   if (threadIdx.x == 0) {
     const int it = a.state->iteration;
     a.trace[it - 1].sse = buf[0];
-    publish(a, it);
+    publish(a, it, cancel);
   }
 }
 
@@ -839,7 +1120,12 @@ class Run final : public LloydRun {
     KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
 
     std::size_t perBlock = 0;
-    if (d_ == kFastD) chooseFastShape(sms);
+    // The fast passes assume finite distances (kFastMaxAbs); centres are means of points and
+    // re-seeded centres are points, so the data and the initial centres bound them all.
+    double maxAbs = 0;
+    for (double v : x.values) maxAbs = std::max(maxAbs, std::fabs(v));
+    for (double v : in.initialCentres.values) maxAbs = std::max(maxAbs, std::fabs(v));
+    if (d_ == kFastD && maxAbs <= kFastMaxAbs<LowT>) chooseFastShape(sms);
     if (fast_) {
       perBlock = kd * sizeof(WT) + std::size_t(k_) * sizeof(unsigned);
     } else {
@@ -939,6 +1225,13 @@ class Run final : public LloydRun {
     args_.ccl = ccl_.get();
     args_.ch = kFallback ? ch_.get() : nullptr;
     args_.factor = H(reliabilityFactor(p.rho, d_, lowPrecision(p.mode)));
+    if constexpr (kPackedLow<LowT>) {
+      // The packed test's factor f' >= f (1 + 4 u_low), rounded up to LowT (see packedAssign).
+      const double u = unitRoundoff(lowPrecision(p.mode));
+      const double target = double(args_.factor) * (1.0 + 4.0 * u + 0x1p-40);
+      args_.sureFactor = roundUp<LowT>(target);
+      args_.sureFloor = Math<LowT>::from(std::is_same_v<LowT, __half> ? 0x1p-14 : 0x1p-126);
+    }
     args_.partialSum = partialSum_.get();
     args_.partialCount = partialCount_.get();
     args_.scratch = scratch_.get();
@@ -976,10 +1269,12 @@ class Run final : public LloydRun {
     m->completed = 0;
     int reported = 0;
     std::vector<IterationStats> trace;
+    // A cancel request (possibly made by the progress callback) goes to the device at once.
     auto report = [&](int upTo, const TraceEntry* src) {
       for (; reported < upTo; ++reported) {
         trace.push_back(toStats(src[reported], reported + 1));
         if (control.progress) control.progress(trace.back());
+        if (control.cancelled()) m->cancel = 1;
       }
     };
     start_.record(stream_.get());
@@ -1120,11 +1415,12 @@ class Run final : public LloydRun {
   void launchSumsAgain(cudaStream_t s) {
     launchAssign(s, 0);
     KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, 0);
+    KMSEG_LAUNCH(updateKernel<A>, 1, kOneBlockThreads, 0, s, args_, 1);
   }
 
-  // Loop body part 2: update, stop test, [SSE], trace entry and progress.
+  // Loop body part 2 (the update ran in reseedKernel or in the IF branch): with the SSE trace,
+  // the SSE, the trace entry and progress.
   void launchUpdate(cudaStream_t s) {
-    KMSEG_LAUNCH(updateKernel<A>, 1, kOneBlockThreads, 0, s, args_);
     if (in_.params.traceSse) {
       KMSEG_LAUNCH(sseKernel<A>, unsigned(blocks_), kAssignThreads, 0, s, args_);
       KMSEG_LAUNCH(publishKernel<A>, 1, kOneBlockThreads, 0, s, args_);
@@ -1186,7 +1482,13 @@ class Run final : public LloydRun {
     const long long runChunk = kFastSlotRun * kWarps * (1ll << shift);
     long long blocks = (n + runChunk - 1) / runChunk;
     blocks = (blocks + resident - 1) / resident * resident;
-    blocks = std::min(blocks, std::max(1ll, (n + kAssignThreads - 1) / kAssignThreads));
+    if (const char* b = std::getenv("KMSEG_CUDA_BLOCKS"); b && std::atoll(b) > 0)
+      blocks = std::atoll(b);  // tuning only
+    // At least one full round (kFastPoints points per thread) per block: below that, a block's
+    // fixed costs (zeroing and folding its accumulators) outweigh its share of the work (H200,
+    // 0.26 MP, K = 32: 34.6 us per iteration with 512 blocks of half a round, 28.9 with 264).
+    const long long round = (long long)kFastPoints * kAssignThreads;
+    blocks = std::min(blocks, std::max(1ll, (n + round - 1) / round));
     chunk_ = std::size_t((n + blocks - 1) / blocks);
     chunk_ = (chunk_ + 31) / 32 * 32;
   }
@@ -1240,10 +1542,12 @@ class Run final : public LloydRun {
     launchSumsAgain(s);
     KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
     // Body part 2 after the IF node.
-    KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, body, &ifNode, nullptr, 1,
-                                                   cudaStreamCaptureModeThreadLocal));
-    launchUpdate(s);
-    KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+    if (in_.params.traceSse) {
+      KMSEG_CUDA_CHECK(cudaStreamBeginCaptureToGraph(s, body, &ifNode, nullptr, 1,
+                                                     cudaStreamCaptureModeThreadLocal));
+      launchUpdate(s);
+      KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+    }
     graph_.instantiate();
   }
 

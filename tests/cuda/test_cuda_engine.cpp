@@ -41,9 +41,10 @@ Tolerance toleranceFor(Mode m) {
     case Mode::Fp64:
     case Mode::Fp32:
     case Mode::Fp32Fp64:
-      // Measured on the H200: coffee.png K = 16, fp32, iteration 3: 3 of 240000 labels
-      // (1.25e-5) differ after one near-tie flip in iteration 2 moved a point between clusters.
-      return {2e-5, 1e-5, 0.01, 1e-3};
+      // At most 1e-5 of the labels may differ (near-ties excluded): a near-tie flip moves a
+      // point between clusters and so changes the next centroids slightly. Measured on the H200
+      // (2026-11-29): no label differs in iterations 1-3 of any case of this suite.
+      return {1e-5, 1e-5, 0.01, 1e-3};
     case Mode::Fp16Fp32:
     case Mode::Fp16Fp64:
     case Mode::Bf16Fp32:
@@ -301,12 +302,26 @@ TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
 // the host: labels, centroids, trace and stop must be bit-identical to the graph loop's, with
 // and without re-seeding (the IF branch), with and without the SSE trace, in uniform and mixed
 // modes, at D = 5 (fast pass) and D = 7 (generic pass); progress and cancellation work too.
+// (Under a sanitizer the whole suite runs with KMSEG_CUDA_HOST_LOOP=1, since the sanitizers do not
+// follow graphs with conditional nodes; this guard then leaves the variable as it found it.)
 class HostLoopEnv {
  public:
-  HostLoopEnv() { ::setenv("KMSEG_CUDA_HOST_LOOP", "1", 1); }
+  HostLoopEnv() {
+    if (const char* v = std::getenv("KMSEG_CUDA_HOST_LOOP")) old_ = v, hadOld_ = true;
+    ::setenv("KMSEG_CUDA_HOST_LOOP", "1", 1);
+  }
   HostLoopEnv(const HostLoopEnv&) = delete;
   HostLoopEnv& operator=(const HostLoopEnv&) = delete;
-  ~HostLoopEnv() { ::unsetenv("KMSEG_CUDA_HOST_LOOP"); }
+  ~HostLoopEnv() {
+    if (hadOld_)
+      ::setenv("KMSEG_CUDA_HOST_LOOP", old_.c_str(), 1);
+    else
+      ::unsetenv("KMSEG_CUDA_HOST_LOOP");
+  }
+
+ private:
+  std::string old_;
+  bool hadOld_ = false;
 };
 
 void expectSameRun(const KMeansResult& g, const KMeansResult& h) {
@@ -419,9 +434,16 @@ TEST(CudaEngine, ReportsProgressAndCancelsWithinOneIteration) {
   const KMeansResult r = gpu->run(data, init, p, plain);
   EXPECT_EQ(calls, r.iterations);
 
-  const int seen = iterationsSeenWhenCancelledAt3(*gpu, data, init, p);
+  // Cancelling: on data whose iterations (about 0.5 ms each on an H200) outlast the host's
+  // polling interval, so that the count measures the device's reaction, not the host's.
+  const Matrix big = randomData(2'000'000, 5, 7);
+  const Matrix bigInit = gatherRows(big, chooseInitialCentres(big, 256, Init::RandomPoints, 1));
+  KMeansParams pb = paramsFor(Mode::Fp32, 256, 300);
+  pb.tolerance = 0;
+  pb.detectCycles = false;
+  const int seen = iterationsSeenWhenCancelledAt3(*gpu, big, bigInit, pb);
   EXPECT_GE(seen, 3);
-  EXPECT_LE(seen, 5) << "the cancel flag is read at the end of every iteration";
+  EXPECT_LE(seen, 5) << "the cancel flag is read in every iteration";
   // A flag already set before the run cancels it too.
   const std::atomic<bool> preset{true};
   RunControl c;
