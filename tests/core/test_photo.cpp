@@ -68,7 +68,7 @@ TEST(Photo, BoundsGiveTheBruteForceLabels) {
   const Matrix features = makeFeatures(image);
   auto engine = makeCpuEngine(0);
   for (Mode mode : {Mode::Fp64, Mode::Fp32}) {
-    for (int k : {1, 7, 32}) {
+    for (int k : {1, 7, 8, 32}) {
       KMeansParams p;
       p.k = k;
       p.mode = mode;

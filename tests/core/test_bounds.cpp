@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: MIT
+// The distance bounds of the uniform fp64/fp32 modes (Hamerly's bounds with the half-distance
+// test) skip work but never change a result: the bounded loop and the brute-force loop
+// (useBounds = false) give identical labels, centroids, traces and stop reasons on synthetic
+// data chosen to stress the bounds: centres that travel far, exact duplicates and ties, data far
+// from the origin (large rounding error of the expanded formula), re-seeded empty clusters.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "kmseg/engine.h"
+#include "kmseg/init.h"
+#include "kmseg/kmeans.h"
+#include "test_data.h"
+
+namespace kmseg {
+namespace {
+
+using test::randomData;
+
+// Runs the bounded and the brute-force loop from the same centres and expects every result and
+// every iteration's statistics to be identical. Returns the bounded run.
+KMeansResult expectBoundsExact(const Matrix& data, const Matrix& init, KMeansParams p,
+                               const std::string& what) {
+  SCOPED_TRACE(what + ", " + std::string(modeName(p.mode)) + ", K = " + std::to_string(p.k));
+  p.useBounds = true;
+  const KMeansResult fast = makeCpuEngine(2)->run(data, init, p);
+  p.useBounds = false;
+  const KMeansResult brute = makeCpuEngine(2)->run(data, init, p);
+  EXPECT_EQ(fast.labels, brute.labels);
+  EXPECT_EQ(fast.centroids.values, brute.centroids.values);
+  EXPECT_EQ(fast.iterations, brute.iterations);
+  EXPECT_EQ(fast.stop, brute.stop);
+  EXPECT_EQ(fast.emptyClusterEvents, brute.emptyClusterEvents);
+  EXPECT_EQ(fast.sse, brute.sse);
+  EXPECT_EQ(fast.trace.size(), brute.trace.size());
+  for (std::size_t t = 0; t < std::min(fast.trace.size(), brute.trace.size()); ++t) {
+    EXPECT_EQ(fast.trace[t].changed, brute.trace[t].changed) << "iteration " << t + 1;
+    EXPECT_EQ(fast.trace[t].emptyClusters, brute.trace[t].emptyClusters) << "iteration " << t + 1;
+  }
+  return fast;
+}
+
+KMeansParams paramsFor(Mode mode, int k, int maxIterations) {
+  KMeansParams p;
+  p.k = k;
+  p.mode = mode;
+  p.maxIterations = maxIterations;
+  p.tolerance = 0;  // run until the labels settle (or the cap)
+  return p;
+}
+
+// Gaussian blobs around random means in [0, 1)^d.
+Matrix blobs(std::size_t n, std::size_t d, int count, double sigma, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::normal_distribution<double> noise(0.0, sigma);
+  std::vector<double> means(std::size_t(count) * d);
+  for (double& m : means) m = u(rng);
+  Matrix x(n, d);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t b = i % std::size_t(count);
+    for (std::size_t q = 0; q < d; ++q) x(i, q) = means[b * d + q] + noise(rng);
+  }
+  return x;
+}
+
+TEST(Bounds, UniformDataAtSeveralK) {
+  const Matrix data = randomData(60000, 5, 11);
+  for (Mode mode : {Mode::Fp64, Mode::Fp32})
+    for (int k : {2, 3, 8, 16, 32}) {
+      const Matrix init =
+          gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, std::uint32_t(k)));
+      expectBoundsExact(data, init, paramsFor(mode, k, 80), "uniform");
+    }
+}
+
+// All initial centres in one corner of well separated blobs: the centres travel across the
+// whole data set in the first iterations, the case where the bounds are weakest and where a
+// wrong drift would show.
+TEST(Bounds, CentresThatTravelFar) {
+  const Matrix data = blobs(40000, 3, 8, 0.03, 5);
+  for (Mode mode : {Mode::Fp64, Mode::Fp32})
+    for (int k : {4, 8, 12}) {
+      Matrix init(std::size_t(k), 3);
+      for (int j = 0; j < k; ++j)
+        for (std::size_t q = 0; q < 3; ++q) init(std::size_t(j), q) = -0.5 + 0.01 * j + 0.001 * q;
+      const KMeansResult r = expectBoundsExact(data, init, paramsFor(mode, k, 100), "travel");
+      EXPECT_GT(r.iterations, 3);
+    }
+}
+
+// A coarse grid with many exact duplicate points and initial centres placed symmetrically, so
+// that computed distances tie exactly (ties go to the lowest index in both loops).
+TEST(Bounds, DuplicatesAndExactTies) {
+  Matrix data(12000, 2);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> cell(0, 4);
+  for (std::size_t i = 0; i < data.rows; ++i) {
+    data(i, 0) = 0.25 * cell(rng);
+    data(i, 1) = 0.25 * cell(rng);
+  }
+  for (Mode mode : {Mode::Fp64, Mode::Fp32}) {
+    for (int k : {2, 4, 8}) {
+      // Centres on the grid's mid-lines and at mirrored positions: grid points at the same
+      // distance from two centres exist from the first iteration on.
+      Matrix init(std::size_t(k), 2);
+      for (int j = 0; j < k; ++j) {
+        init(std::size_t(j), 0) = (j % 2 == 0) ? 0.25 : 0.75;
+        init(std::size_t(j), 1) = 0.5 + 0.25 * (j / 2) * ((j / 2) % 2 == 0 ? 1 : -1);
+      }
+      expectBoundsExact(data, init, paramsFor(mode, k, 60), "grid");
+    }
+  }
+}
+
+// Data far from the origin relative to its spread: the expanded formula loses most of its
+// digits (in fp32 the computed distances are mostly rounding error), so only the error margin
+// of the bounds keeps the skipped samples' labels those of the brute-force loop.
+TEST(Bounds, LargeRoundingErrorFarFromTheOrigin) {
+  Matrix data = blobs(30000, 4, 6, 0.05, 9);
+  for (double& v : data.values) v = 40.0 + v;
+  for (Mode mode : {Mode::Fp64, Mode::Fp32})
+    for (int k : {3, 8}) {
+      const Matrix init = gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, 2));
+      expectBoundsExact(data, init, paramsFor(mode, k, 60), "offset");
+    }
+}
+
+// More centres than distinct points nearby: clusters empty out and are re-seeded, which resets
+// the re-seeded sample's bounds.
+TEST(Bounds, ReseededEmptyClusters) {
+  Matrix data = blobs(5000, 2, 3, 0.01, 4);
+  Matrix init(6, 2);
+  // Three centres near one blob, three far away from everything: some lose all their points.
+  const double c[6][2] = {{0.0, 0.0}, {0.001, 0.0}, {0.0, 0.001}, {5, 5}, {-5, 5}, {5, -5}};
+  for (int j = 0; j < 6; ++j)
+    for (int q = 0; q < 2; ++q) init(std::size_t(j), std::size_t(q)) = c[j][q];
+  for (Mode mode : {Mode::Fp64, Mode::Fp32}) {
+    const KMeansResult r = expectBoundsExact(data, init, paramsFor(mode, 6, 60), "reseed");
+    EXPECT_GT(r.emptyClusterEvents, 0);
+  }
+}
+
+// The bounded loop gives the same results for any thread count (fixed partition of the sums,
+// bounds per sample).
+TEST(Bounds, SameResultForAnyThreadCount) {
+  const Matrix data = blobs(120000, 5, 10, 0.08, 3);
+  for (Mode mode : {Mode::Fp64, Mode::Fp32})
+    for (int k : {3, 8, 24}) {
+      const Matrix init = gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, 6));
+      KMeansParams p = paramsFor(mode, k, 40);
+      p.threads = 1;
+      const KMeansResult one = makeCpuEngine(1)->run(data, init, p);
+      for (int t : {2, 3, 5}) {
+        p.threads = t;
+        const KMeansResult many = makeCpuEngine(t)->run(data, init, p);
+        SCOPED_TRACE(std::string(modeName(mode)) + " K = " + std::to_string(k) + " threads " +
+                     std::to_string(t));
+        EXPECT_EQ(many.labels, one.labels);
+        EXPECT_EQ(many.centroids.values, one.centroids.values);
+        EXPECT_EQ(many.iterations, one.iterations);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace kmseg
