@@ -41,6 +41,11 @@ namespace {
 // the thread count, so the sums (and everything after them) are the same for any thread count.
 constexpr std::size_t kMinBlock = 8192;
 constexpr std::size_t kMaxBlocks = 64;
+// Samples per Kahan sum block, at least, and the most partial entries (sum blocks x K x D).
+// Small sum blocks let a converging pass skip the rows of every block whose labels did not
+// change (12 MP, K = 8: about 3000 blocks, of which a few dozen change late in a run).
+constexpr std::size_t kSumBlock = 4096;
+constexpr std::size_t kMaxPartials = std::size_t(1) << 24;
 
 std::size_t blockCount(std::size_t n, std::size_t k, std::size_t d) {
   const std::size_t byMemory = std::max<std::size_t>(1, (std::size_t(1) << 24) / (k * d));
@@ -99,7 +104,9 @@ struct Lloyd {
   const RunControl& control;
   int threads;
   std::size_t n, d, k;
-  std::size_t blocks, blockSize;
+  std::size_t blocks, blockSize;               // tasks of the passes: count, samples per task
+  std::size_t sumBlocks, sumBlockSize, group;  // Kahan sum blocks: count, samples, per task
+  bool partialsValid = false;                  // the sum-block partials match `prev` labels
 
   std::vector<WT> xwStore;  // N x D working-precision data, when W is not the input's fp64
   const WT* xw = nullptr;   // the working-precision data (the input itself when W is fp64)
@@ -142,8 +149,8 @@ struct Lloyd {
   // and the K bounds add 4 K bytes per sample to read. At this D the single bound pair plus the
   // half-distance test is the better trade.
 
-  std::vector<WT> blockSum, blockComp;    // blocks x K x D Kahan partials
-  std::vector<std::int64_t> blockCountV;  // blocks x K
+  std::vector<WT> blockSum, blockComp;    // sum blocks x K x D Kahan partials
+  std::vector<std::int64_t> blockCountV;  // sum blocks x K
   std::vector<std::int64_t> blockChanged, blockFallbacks, blockTwoAgo;
 
   static constexpr bool kSharedLow = std::is_same_v<LowT, WT>;
@@ -156,8 +163,16 @@ struct Lloyd {
 
   Lloyd(const Matrix& x, const KMeansParams& p, const RunControl& c, int t)
       : data(x), params(p), control(c), threads(t), n(x.rows), d(x.cols), k(std::size_t(p.k)) {
-    blocks = blockCount(n, k, d);
-    blockSize = (n + blocks - 1) / blocks;
+    // Sum blocks: the units of the Kahan partial sums (at least kSumBlock samples, at most
+    // kMaxPartials partial entries in all); tasks: `group` consecutive sum blocks each, at most
+    // blockCount of them. The partition depends only on N, K and D.
+    const std::size_t maxSumBlocks = std::max<std::size_t>(1, kMaxPartials / (k * d));
+    sumBlockSize = std::max(kSumBlock, (n + maxSumBlocks - 1) / maxSumBlocks);
+    sumBlocks = (n + sumBlockSize - 1) / sumBlockSize;
+    blocks = std::min(blockCount(n, k, d), sumBlocks);
+    group = (sumBlocks + blocks - 1) / blocks;
+    blocks = (sumBlocks + group - 1) / group;
+    blockSize = group * sumBlockSize;
     if constexpr (std::is_same_v<WT, double>) {
       xw = x.values.data();  // fp64 working precision: the features are already the data
     } else {
@@ -177,9 +192,9 @@ struct Lloyd {
     });
     if constexpr (kFallback)
       factor = MH::from(reliabilityFactor(params.rho, int(d), lowPrecision(params.mode)));
-    blockSum.resize(blocks * k * d);
-    blockComp.resize(blocks * k * d);
-    blockCountV.resize(blocks * k);
+    blockSum.resize(sumBlocks * k * d);
+    blockComp.resize(sumBlocks * k * d);
+    blockCountV.resize(sumBlocks * k);
     blockChanged.resize(blocks);
     blockFallbacks.resize(blocks);
     blockTwoAgo.resize(blocks);
@@ -355,69 +370,78 @@ struct Lloyd {
     upperOff[i] = floatAbove((u - dl) + 1e-12 * (u + dl));
   }
 
-  // One block: assignment, label write, changed and fallback counts, Kahan partial sums.
-  // With `assign`, labels are read from `prev` (the last iteration's) and written to `out`,
-  // which holds those of the iteration before: comparing on the way counts the 2-cycle
-  // difference without another pass. Without `assign`, `out` holds the labels to sum.
+  // One task of the pass: the sum blocks [b G, (b + 1) G) in order. Per sum block: the
+  // assignment of its samples (label write, changed, 2-cycle and fallback counts), then its Kahan
+  // partial sums, unless no label of the block changed: its partials (same samples, same labels,
+  // same order) are then those of the last pass, kept from it, and its rows are not read again.
+  // With `assign`, labels are read from `prev` (the last iteration's) and written to `out`, which
+  // holds those of the iteration before: comparing on the way counts the 2-cycle difference
+  // without another pass. Without `assign`, `out` holds the labels to sum (every block is summed).
   template <int DT>
   KMSEG_INLINE void blockBody(std::size_t b, const std::int32_t* prev, std::int32_t* out,
                               bool assign) {
-    const std::size_t lo = b * blockSize, hi = std::min(n, lo + blockSize);
-    WT* sum = blockSum.data() + b * k * d;
-    WT* comp = blockComp.data() + b * k * d;
-    std::int64_t* cnt = blockCountV.data() + b * k;
-    std::fill(sum, sum + k * d, WT(0));
-    std::fill(comp, comp + k * d, WT(0));
-    std::fill(cnt, cnt + k, 0);
     std::int64_t changed = 0, fallbacks = 0, twoAgo = 0;
     std::vector<LowT> dots(assign ? k : 0);
     std::vector<H> dist(assign && kFallback ? k : 0);
-    for (std::size_t i = lo; i < hi; ++i) {
-      int label;
-      if (!assign) {
-        label = out[i];
-      } else {
-        label = prev[i];
-        int nl;
-        if constexpr (kBounded) {
-          nl = bounded ? assignBounded<DT>(i, label, dots.data())
-                       : assignOne<DT>(i, fallbacks, dots.data(), dist.data());
-        } else {
-          nl = assignOne<DT>(i, fallbacks, dots.data(), dist.data());
+    const std::size_t dd = DT > 0 ? std::size_t(DT) : d;
+    const std::size_t sEnd = std::min(sumBlocks, (b + 1) * group);
+    for (std::size_t sb = b * group; sb < sEnd; ++sb) {
+      const std::size_t lo = sb * sumBlockSize, hi = std::min(n, lo + sumBlockSize);
+      bool dirty = !assign || !partialsValid;
+      if (assign) {
+        for (std::size_t i = lo; i < hi; ++i) {
+          const int label = prev[i];
+          int nl;
+          if constexpr (kBounded) {
+            nl = bounded ? assignBounded<DT>(i, label, dots.data())
+                         : assignOne<DT>(i, fallbacks, dots.data(), dist.data());
+          } else {
+            nl = assignOne<DT>(i, fallbacks, dots.data(), dist.data());
+          }
+          changed += nl != label;
+          dirty |= nl != label;
+          twoAgo += nl != out[i];
+          out[i] = nl;
         }
-        changed += nl != label;
-        twoAgo += nl != out[i];
-        out[i] = label = nl;
       }
-      // Kahan summation in W: a fixed order within the block (D known at compile time for
-      // the image case, so the D lanes vectorise).
-      const std::size_t dd = DT > 0 ? std::size_t(DT) : d;
-      const WT* __restrict xr = xw + i * dd;
-      WT* __restrict s = sum + std::size_t(label) * dd;
-      WT* __restrict c = comp + std::size_t(label) * dd;
-      std::size_t q = 0;
-      if constexpr (DT >= 4) {
-        // Four lanes at once (element-wise IEEE operations: the same results as the scalar
-        // loop, whatever the instruction set).
-        using V = typename Vec4<WT>::type;
-        V xv, sv, cv;
-        std::memcpy(&xv, xr, sizeof(V));
-        std::memcpy(&sv, s, sizeof(V));
-        std::memcpy(&cv, c, sizeof(V));
-        const V y = xv - cv;
-        const V t = sv + y;
-        cv = (t - sv) - y;
-        std::memcpy(c, &cv, sizeof(V));
-        std::memcpy(s, &t, sizeof(V));
-        q = 4;
+      if (!dirty) continue;
+      WT* sum = blockSum.data() + sb * k * d;
+      WT* comp = blockComp.data() + sb * k * d;
+      std::int64_t* cnt = blockCountV.data() + sb * k;
+      std::fill(sum, sum + k * d, WT(0));
+      std::fill(comp, comp + k * d, WT(0));
+      std::fill(cnt, cnt + k, 0);
+      for (std::size_t i = lo; i < hi; ++i) {
+        // Kahan summation in W: a fixed order within the sum block (D known at compile time for
+        // the image case, so the D lanes vectorise).
+        const std::size_t label = std::size_t(out[i]);
+        const WT* __restrict xr = xw + i * dd;
+        WT* __restrict s = sum + label * dd;
+        WT* __restrict c = comp + label * dd;
+        std::size_t q = 0;
+        if constexpr (DT >= 4) {
+          // Four lanes at once (element-wise IEEE operations: the same results as the scalar
+          // loop, whatever the instruction set).
+          using V = typename Vec4<WT>::type;
+          V xv, sv, cv;
+          std::memcpy(&xv, xr, sizeof(V));
+          std::memcpy(&sv, s, sizeof(V));
+          std::memcpy(&cv, c, sizeof(V));
+          const V y = xv - cv;
+          const V t = sv + y;
+          cv = (t - sv) - y;
+          std::memcpy(c, &cv, sizeof(V));
+          std::memcpy(s, &t, sizeof(V));
+          q = 4;
+        }
+        for (; q < dd; ++q) {
+          const WT y = xr[q] - c[q];
+          const WT t = s[q] + y;
+          c[q] = (t - s[q]) - y;
+          s[q] = t;
+        }
+        ++cnt[label];
       }
-      for (; q < dd; ++q) {
-        const WT y = xr[q] - c[q];
-        const WT t = s[q] + y;
-        c[q] = (t - s[q]) - y;
-        s[q] = t;
-      }
-      ++cnt[label];
     }
     blockChanged[b] = changed;
     blockFallbacks[b] = fallbacks;
@@ -450,19 +474,21 @@ struct Lloyd {
       (void)useV3;
       d5 ? blockGeneric<5>(b, prev, out, assign) : blockGeneric<0>(b, prev, out, assign);
     });
+    partialsValid = true;
   }
 
-  // Block partials -> per-cluster counts and sums (pairwise over blocks, fixed order).
+  // Sum-block partials -> per-cluster counts and sums (pairwise over the sum blocks, fixed
+  // order).
   void reduce(std::vector<std::int64_t>& counts, std::vector<WT>& sums) const {
     counts.assign(k, 0);
     sums.assign(k * d, WT(0));
-    for (std::size_t b = 0; b < blocks; ++b)
+    for (std::size_t b = 0; b < sumBlocks; ++b)
       for (std::size_t j = 0; j < k; ++j) counts[j] += blockCountV[b * k + j];
-    std::vector<WT> folded(blocks);
+    std::vector<WT> folded(sumBlocks);
     for (std::size_t e = 0; e < k * d; ++e) {
-      for (std::size_t b = 0; b < blocks; ++b)
+      for (std::size_t b = 0; b < sumBlocks; ++b)
         folded[b] = blockSum[b * k * d + e] - blockComp[b * k * d + e];
-      sums[e] = pairwiseSum(folded.data(), 0, blocks, 1);
+      sums[e] = pairwiseSum(folded.data(), 0, sumBlocks, 1);
     }
   }
 
