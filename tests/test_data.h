@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "kmseg/matrix.h"
 
@@ -16,6 +17,23 @@ inline Matrix randomData(std::size_t n, std::size_t d, std::uint32_t seed) {
   Matrix m(n, d);
   for (double& v : m.values) v = u(rng);
   return m;
+}
+
+/// Gaussian blobs: `count` means drawn uniformly from [lo, hi)^d, then sample i is mean i mod
+/// count plus N(0, sigma^2) noise per feature (shared by the CPU and GPU suites).
+inline Matrix blobs(std::size_t n, std::size_t d, int count, double sigma, std::uint32_t seed,
+                    double lo = 0.0, double hi = 1.0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::normal_distribution<double> noise(0.0, sigma);
+  std::vector<double> means(std::size_t(count) * d);
+  for (double& m : means) m = u(rng);
+  Matrix x(n, d);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t b = i % std::size_t(count);
+    for (std::size_t q = 0; q < d; ++q) x(i, q) = means[b * d + q] + noise(rng);
+  }
+  return x;
 }
 
 }  // namespace kmseg::test

@@ -17,6 +17,7 @@
 namespace kmseg {
 namespace {
 
+using test::blobs;
 using test::randomData;
 
 // Runs the bounded and the brute-force loop from the same centres and expects every result and
@@ -49,21 +50,6 @@ KMeansParams paramsFor(Mode mode, int k, int maxIterations) {
   p.maxIterations = maxIterations;
   p.tolerance = 0;  // run until the labels settle (or the cap)
   return p;
-}
-
-// Gaussian blobs around random means in [0, 1)^d.
-Matrix blobs(std::size_t n, std::size_t d, int count, double sigma, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::normal_distribution<double> noise(0.0, sigma);
-  std::vector<double> means(std::size_t(count) * d);
-  for (double& m : means) m = u(rng);
-  Matrix x(n, d);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t b = i % std::size_t(count);
-    for (std::size_t q = 0; q < d; ++q) x(i, q) = means[b * d + q] + noise(rng);
-  }
-  return x;
 }
 
 TEST(Bounds, UniformDataAtSeveralK) {

@@ -7,30 +7,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kmseg/engine.h"
 #include "kmseg/init.h"
 #include "kmseg/kmeans.h"
+#include "test_data.h"
 
 namespace kmseg {
 namespace {
 
-Matrix blobs(std::size_t n, std::size_t d, int count, double sigma, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::normal_distribution<double> noise(0.0, sigma);
-  std::vector<double> means(std::size_t(count) * d);
-  for (double& m : means) m = u(rng);
-  Matrix x(n, d);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t b = i % std::size_t(count);
-    for (std::size_t q = 0; q < d; ++q) x(i, q) = means[b * d + q] + noise(rng);
-  }
-  return x;
-}
+using test::blobs;
 
 // Expects the centroids of `r` to be the means of its labels, to `relTol` of the data's scale.
 void expectMeansOfLabels(const Matrix& data, const KMeansResult& r, int k, double relTol,

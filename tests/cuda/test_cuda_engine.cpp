@@ -66,7 +66,6 @@ bool haveDevice() {
 
 using test::randomData;
 
-// Gaussian blobs in [0, 1]^d.
 // Cancels from the progress hook at iteration 3 and returns the last iteration reported before
 // the run threw Cancelled (-1 if it did not throw).
 int iterationsSeenWhenCancelledAt3(KMeansEngine& engine, const Matrix& data, const Matrix& init,
@@ -87,18 +86,9 @@ int iterationsSeenWhenCancelledAt3(KMeansEngine& engine, const Matrix& data, con
   return -1;
 }
 
+// Gaussian blobs with means in [0.1, 0.9)^d.
 Matrix blobs(std::size_t n, std::size_t d, int centres, double sigma, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(0.1, 0.9);
-  std::normal_distribution<double> g(0.0, sigma);
-  std::vector<double> c(std::size_t(centres) * d);
-  for (double& v : c) v = u(rng);
-  Matrix m(n, d);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t b = i % std::size_t(centres);
-    for (std::size_t q = 0; q < d; ++q) m(i, q) = c[b * d + q] + g(rng);
-  }
-  return m;
+  return test::blobs(n, d, centres, sigma, seed, 0.1, 0.9);
 }
 
 Matrix photo(const char* name) {
