@@ -34,6 +34,7 @@ struct Tolerance {
   double nearTieGap;     ///< relative distance gap below which a differing label is a near-tie
   double finalDiffPercent;
   double fallbackRel;
+  double centreGap;  ///< largest distance between the engines' centres in iterations 1-3
 };
 
 Tolerance toleranceFor(Mode m) {
@@ -41,20 +42,23 @@ Tolerance toleranceFor(Mode m) {
     case Mode::Fp64:
     case Mode::Fp32:
     case Mode::Fp32Fp64:
-      // At most 1e-5 of the labels may differ (near-ties excluded): a near-tie flip moves a
-      // point between clusters and so changes the next centroids slightly. Measured on the H200
-      // (2026-11-29): no label differs in iterations 1-3 of any case of this suite.
-      return {1e-5, 1e-5, 0.01, 1e-3};
+      // At most 1e-5 of the labels may differ, near-ties excluded (clearMismatches: rounding
+      // ties and flips that the engines' slightly different centres explain). Measured on the
+      // H200 (2026-11-29, commit f77556c): no label differs in iterations 1-3 of any case. The
+      // CPU engine of commit 3a7024b (sum blocks of 4096 samples) differs from that of f77556c
+      // in one label of coffee.png K = 16 fp32 after 2 iterations (a rounding tie) and in 3
+      // after 3, all within 2x the centres' difference (2e-5), i.e. near-ties of kind (2).
+      return {1e-5, 1e-5, 0.01, 1e-3, 1e-2};
     case Mode::Fp16Fp32:
     case Mode::Fp16Fp64:
     case Mode::Bf16Fp32:
     case Mode::Bf16Fp64:
-      return {1e-4, 1e-5, 1.0, 1e-3};
+      return {1e-4, 1e-5, 1.0, 1e-3, 1e-2};
     case Mode::Fp16:
     case Mode::Bf16:
-      return {1e-3, 1e-2, 5.0, 1.0};
+      return {1e-3, 1e-2, 5.0, 1.0, 1.0};
   }
-  return {0, 0, 0, 0};
+  return {0, 0, 0, 0, 0};
 }
 
 bool haveDevice() {
@@ -95,12 +99,16 @@ Matrix photo(const char* name) {
   return makeFeatures(loadImage(test::sourcePath(name)));
 }
 
-// Mismatched labels that are not near-ties: for each sample labelled differently by `a` and
-// `b`, the fp64 direct distances to both centres of `centres` (the centres that produced the
-// labels) must differ by more than `relGap` relative to the larger one to count.
+// Mismatched labels that are not near-ties. For each sample labelled differently by `a` (the
+// CPU engine) and `b` (the CUDA engine), with `centres` the CPU's centres that produced the labels:
+// a near-tie is either (1) a rounding-level tie, the fp64 squared distances to both centres
+// within `relGap` of each other, or (2) a flip the engines' own centres explain: when the two
+// engines' centres differ by at most `centreGap` (a consequence of the centroid sums' different
+// order and of earlier near-tie flips), the triangle inequality bounds the CPU's distance gap
+// between the two labels by 2 centreGap, so a larger gap cannot come from the centres.
 std::size_t clearMismatches(const Matrix& x, const std::vector<std::int32_t>& a,
                             const std::vector<std::int32_t>& b, const Matrix& centres,
-                            double relGap) {
+                            double relGap, double centreGap) {
   std::size_t count = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i] == b[i]) continue;
@@ -111,9 +119,23 @@ std::size_t clearMismatches(const Matrix& x, const std::vector<std::int32_t>& a,
       da += ta * ta;
       db += tb * tb;
     }
-    if (std::abs(da - db) > relGap * std::max(da, db)) ++count;
+    const bool roundingTie = std::abs(da - db) <= relGap * std::max(da, db);
+    const bool centreFlip =
+        std::abs(std::sqrt(da) - std::sqrt(db)) <= 2 * centreGap * (1 + 1e-6) + 1e-12;
+    if (!roundingTie && !centreFlip) ++count;
   }
   return count;
+}
+
+// The largest distance between corresponding centres of two runs.
+double maxCentreDistance(const Matrix& a, const Matrix& b) {
+  double worst = 0;
+  for (std::size_t j = 0; j < a.rows; ++j) {
+    double s = 0;
+    for (std::size_t q = 0; q < a.cols; ++q) s += (a(j, q) - b(j, q)) * (a(j, q) - b(j, q));
+    worst = std::max(worst, std::sqrt(s));
+  }
+  return worst;
 }
 
 double mismatchFraction(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
@@ -150,6 +172,7 @@ void compareEngines(const Matrix& data, int k, Mode mode, std::uint64_t seed, co
   auto cpu = makeCpuEngine(0);
   auto gpu = makeCudaEngine();
   Matrix previousCentres = init;
+  double centreGap = 0;  // the engines' centres before iteration t differ by at most this
   for (int t : {1, 2, 3}) {
     const KMeansParams p = paramsFor(mode, k, t);
     const KMeansResult a = cpu->run(data, init, p);
@@ -157,8 +180,12 @@ void compareEngines(const Matrix& data, int k, Mode mode, std::uint64_t seed, co
     ASSERT_EQ(a.iterations, b.iterations) << "after " << t << " iterations";
     const double mm = mismatchFraction(a.labels, b.labels);
     const std::size_t clear =
-        clearMismatches(data, a.labels, b.labels, previousCentres, tol.nearTieGap);
+        clearMismatches(data, a.labels, b.labels, previousCentres, tol.nearTieGap, centreGap);
     previousCentres = a.centroids;
+    centreGap = maxCentreDistance(a.centroids, b.centroids);
+    // The centres themselves agree closely: the sums differ only in order (and by the samples
+    // of near-tie flips), so a wrong sum cannot hide behind a large centreGap.
+    EXPECT_LE(centreGap, tol.centreGap) << "centres after " << t << " iterations";
     if (mm > 0)
       std::printf(
           "[ near-tie ] %-10s %-14s iteration %d: %.3g of the labels differ, %zu not "
