@@ -296,6 +296,47 @@ TEST_P(CudaEveryMode, EdgeSizes) {
   }
 }
 
+// Every kernel variant on small data and few iterations, twice: the fast pass (D = 5) with 8-bit
+// and 16-bit labels, the generic pass (D = 7), re-seeding (the IF branch), and the SSE trace.
+// Small enough for compute-sanitizer's racecheck, which runs the whole suite far too slowly:
+//   KMSEG_CUDA_HOST_LOOP=1 compute-sanitizer --tool racecheck kmseg_cuda_tests
+//     --gtest_filter='*SmallRunsOfEveryKernelVariant*'
+TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
+  struct Case {
+    const char* what;
+    Matrix data;
+    Matrix init;
+    int k;
+  };
+  std::vector<Case> cases;
+  const Matrix d5 = blobs(2000, 5, 8, 0.05, 3);
+  cases.push_back(
+      {"fast pass", d5, gatherRows(d5, chooseInitialCentres(d5, 8, Init::RandomPoints, 1)), 8});
+  cases.push_back({"16-bit labels", d5,
+                   gatherRows(d5, chooseInitialCentres(d5, 300, Init::RandomPoints, 1)), 300});
+  const Matrix d7 = blobs(1500, 7, 6, 0.05, 4);
+  cases.push_back(
+      {"generic pass", d7, gatherRows(d7, chooseInitialCentres(d7, 6, Init::RandomPoints, 2)), 6});
+  const Matrix r5 = randomData(1200, 5, 23);
+  cases.push_back({"re-seeding", r5, gatherRows(r5, {0, 0, 1, 1, 2, 3}), 6});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    KMeansParams p = paramsFor(GetParam(), c.k, 3);
+    p.traceSse = true;
+    const KMeansResult a = gpu->run(c.data, c.init, p);
+    const KMeansResult b = gpu->run(c.data, c.init, p);
+    ASSERT_EQ(a.labels.size(), c.data.rows);
+    for (auto l : a.labels) ASSERT_TRUE(l >= 0 && l < c.k);
+    EXPECT_EQ(a.labels, b.labels);
+    EXPECT_EQ(a.centroids.values, b.centroids.values);
+    EXPECT_EQ(a.trace.size(), std::size_t(a.iterations));
+    EXPECT_GE(a.sse, 0.0);
+    if (std::string(c.what) == "re-seeding") EXPECT_GT(a.emptyClusterEvents, 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllModes, CudaEveryMode, ::testing::ValuesIn(kAllModes), modeLabel);
 
 TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
