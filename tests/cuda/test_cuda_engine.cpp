@@ -154,6 +154,14 @@ KMeansParams paramsFor(Mode mode, int k, int maxIterations = 300) {
   return p;
 }
 
+// A named data set with its initial centres.
+struct DataCase {
+  const char* what;
+  Matrix data;
+  Matrix init;
+  int k;
+};
+
 class CudaEveryMode : public ::testing::TestWithParam<Mode> {};
 
 std::string modeLabel(const ::testing::TestParamInfo<Mode>& info) {
@@ -304,13 +312,7 @@ TEST_P(CudaEveryMode, EdgeSizes) {
 TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();
-  struct Case {
-    const char* what;
-    Matrix data;
-    Matrix init;
-    int k;
-  };
-  std::vector<Case> cases;
+  std::vector<DataCase> cases;
   const Matrix d5 = blobs(2000, 5, 8, 0.05, 3);
   cases.push_back(
       {"fast pass", d5, gatherRows(d5, chooseInitialCentres(d5, 8, Init::RandomPoints, 1)), 8});
@@ -321,7 +323,7 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
       {"generic pass", d7, gatherRows(d7, chooseInitialCentres(d7, 6, Init::RandomPoints, 2)), 6});
   const Matrix r5 = randomData(1200, 5, 23);
   cases.push_back({"re-seeding", r5, gatherRows(r5, {0, 0, 1, 1, 2, 3}), 6});
-  for (const Case& c : cases) {
+  for (const DataCase& c : cases) {
     SCOPED_TRACE(c.what);
     KMeansParams p = paramsFor(GetParam(), c.k, 3);
     p.traceSse = true;
@@ -404,16 +406,10 @@ void expectSameRun(const KMeansResult& g, const KMeansResult& h) {
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();
-  struct Case {
-    const char* what;
-    Matrix data;
-    Matrix init;
-    int k;
-  };
   const Matrix coffee = photo("samples/coffee.png");
   const Matrix generic = blobs(5003, 7, 6, 0.1, 9);
   const Matrix reseed = randomData(3001, 5, 23);
-  std::vector<Case> cases;
+  std::vector<DataCase> cases;
   cases.push_back({"coffee K=32", coffee,
                    gatherRows(coffee, chooseInitialCentres(coffee, 32, Init::RandomPoints, 5)),
                    32});
@@ -421,7 +417,7 @@ TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
                    gatherRows(generic, chooseInitialCentres(generic, 8, Init::RandomPoints, 4)),
                    8});
   cases.push_back({"re-seeding", reseed, gatherRows(reseed, {0, 0, 1, 1, 2, 3}), 6});
-  for (const Case& c : cases) {
+  for (const DataCase& c : cases) {
     for (Mode mode : {Mode::Fp64, Mode::Fp32, Mode::Fp16, Mode::Fp16Fp32, Mode::Bf16Fp64}) {
       for (bool sse : {true, false}) {
         SCOPED_TRACE(std::string(c.what) + ", mode " + std::string(modeName(mode)) +
