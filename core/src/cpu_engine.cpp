@@ -37,8 +37,9 @@ namespace kmseg {
 
 namespace {
 
-// Fixed partition of the samples for the centroid sums: it depends only on N, K and D, never on
-// the thread count, so the sums (and everything after them) are the same for any thread count.
+// Fixed partitions of the samples, which depend only on N, K and D, never on the thread count, so
+// the sums (and everything after them) are the same for any thread count. Tasks of the passes:
+// at least kMinBlock samples, at most kMaxBlocks of them.
 constexpr std::size_t kMinBlock = 8192;
 constexpr std::size_t kMaxBlocks = 64;
 // Samples per Kahan sum block, at least, and the most partial entries (sum blocks x K x D).
@@ -46,12 +47,6 @@ constexpr std::size_t kMaxBlocks = 64;
 // change (12 MP, K = 8: about 3000 blocks, of which a few dozen change late in a run).
 constexpr std::size_t kSumBlock = 4096;
 constexpr std::size_t kMaxPartials = std::size_t(1) << 24;
-
-std::size_t blockCount(std::size_t n, std::size_t k, std::size_t d) {
-  const std::size_t byMemory = std::max<std::size_t>(1, (std::size_t(1) << 24) / (k * d));
-  return std::max<std::size_t>(1,
-                               std::min({(n + kMinBlock - 1) / kMinBlock, kMaxBlocks, byMemory}));
-}
 
 // Four lanes of a working-precision type (GCC vector extension; element-wise IEEE operations).
 template <class T>
@@ -165,11 +160,11 @@ struct Lloyd {
       : data(x), params(p), control(c), threads(t), n(x.rows), d(x.cols), k(std::size_t(p.k)) {
     // Sum blocks: the units of the Kahan partial sums (at least kSumBlock samples, at most
     // kMaxPartials partial entries in all); tasks: `group` consecutive sum blocks each, at most
-    // blockCount of them. The partition depends only on N, K and D.
+    // kMaxBlocks of them. The partition depends only on N, K and D.
     const std::size_t maxSumBlocks = std::max<std::size_t>(1, kMaxPartials / (k * d));
     sumBlockSize = std::max(kSumBlock, (n + maxSumBlocks - 1) / maxSumBlocks);
     sumBlocks = (n + sumBlockSize - 1) / sumBlockSize;
-    blocks = std::min(blockCount(n, k, d), sumBlocks);
+    blocks = std::min({(n + kMinBlock - 1) / kMinBlock, kMaxBlocks, sumBlocks});
     group = (sumBlocks + blocks - 1) / blocks;
     blocks = (sumBlocks + group - 1) / group;
     blockSize = group * sumBlockSize;

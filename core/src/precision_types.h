@@ -10,23 +10,7 @@ namespace kmseg {
 
 template <Precision P>
 struct TypeOf {
-  using type = void;  // Precision::None: a uniform mode has no fallback type
-};
-template <>
-struct TypeOf<Precision::Fp64> {
-  using type = double;
-};
-template <>
-struct TypeOf<Precision::Fp32> {
-  using type = float;
-};
-template <>
-struct TypeOf<Precision::Fp16> {
-  using type = EmuHalf;
-};
-template <>
-struct TypeOf<Precision::Bf16> {
-  using type = EmuBf16;
+  using type = NumberType<P, EmuHalf, EmuBf16>;
 };
 
 }  // namespace kmseg

@@ -14,29 +14,28 @@
 
 namespace kmseg {
 
-template <>
-struct Math<__half> {
-  using Storage = __half;
-  __host__ __device__ static __half from(double x) { return __double2half(x); }
-  __host__ __device__ static double toDouble(__half x) { return double(__half2float(x)); }
-  __device__ static __half add(__half a, __half b) { return __hadd_rn(a, b); }
-  __device__ static __half sub(__half a, __half b) { return __hsub_rn(a, b); }
-  __device__ static __half mul(__half a, __half b) { return __hmul_rn(a, b); }
-  __device__ static __half fma(__half a, __half b, __half c) { return __hfma(a, b, c); }
+// The arithmetic of both 16-bit device types: the `_rn` intrinsics and __hfma are overloaded for
+// __half and __nv_bfloat16 alike; only the conversions from and to double differ.
+template <class T>
+struct MathDevice16 {
+  using Storage = T;
+  __device__ static T add(T a, T b) { return __hadd_rn(a, b); }
+  __device__ static T sub(T a, T b) { return __hsub_rn(a, b); }
+  __device__ static T mul(T a, T b) { return __hmul_rn(a, b); }
+  __device__ static T fma(T a, T b, T c) { return __hfma(a, b, c); }
 };
 
 template <>
-struct Math<__nv_bfloat16> {
-  using Storage = __nv_bfloat16;
+struct Math<__half> : MathDevice16<__half> {
+  __host__ __device__ static __half from(double x) { return __double2half(x); }
+  __host__ __device__ static double toDouble(__half x) { return double(__half2float(x)); }
+};
+
+template <>
+struct Math<__nv_bfloat16> : MathDevice16<__nv_bfloat16> {
   __host__ __device__ static __nv_bfloat16 from(double x) { return __double2bfloat16(x); }
   __host__ __device__ static double toDouble(__nv_bfloat16 x) {
     return double(__bfloat162float(x));
-  }
-  __device__ static __nv_bfloat16 add(__nv_bfloat16 a, __nv_bfloat16 b) { return __hadd_rn(a, b); }
-  __device__ static __nv_bfloat16 sub(__nv_bfloat16 a, __nv_bfloat16 b) { return __hsub_rn(a, b); }
-  __device__ static __nv_bfloat16 mul(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmul_rn(a, b); }
-  __device__ static __nv_bfloat16 fma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c) {
-    return __hfma(a, b, c);
   }
 };
 
@@ -78,23 +77,7 @@ __host__ __device__ inline double convert<double, float>(float x) {
 /// The device number type of a precision (void for Precision::None).
 template <Precision P>
 struct DeviceType {
-  using type = void;
-};
-template <>
-struct DeviceType<Precision::Fp64> {
-  using type = double;
-};
-template <>
-struct DeviceType<Precision::Fp32> {
-  using type = float;
-};
-template <>
-struct DeviceType<Precision::Fp16> {
-  using type = __half;
-};
-template <>
-struct DeviceType<Precision::Bf16> {
-  using type = __nv_bfloat16;
+  using type = NumberType<P, __half, __nv_bfloat16>;
 };
 
 }  // namespace kmseg

@@ -1123,8 +1123,13 @@ class Run final : public LloydRun {
     std::size_t perBlock = 0;
     // The fast passes assume finite distances (kFastMaxAbs); centres are means of points and
     // re-seeded centres are points, so the data and the initial centres bound them all.
+    // One pass over the data: its W rows for the device and their largest magnitude.
+    std::vector<WT> hw(nd);
     double maxAbs = 0;
-    for (double v : x.values) maxAbs = std::max(maxAbs, std::fabs(v));
+    for (std::size_t i = 0; i < nd; ++i) {
+      hw[i] = WT(x.values[i]);
+      maxAbs = std::max(maxAbs, std::fabs(x.values[i]));
+    }
     for (double v : in.initialCentres.values) maxAbs = std::max(maxAbs, std::fabs(v));
     if (d_ == kFastD && maxAbs <= kFastMaxAbs<LowT>) chooseFastShape(sms);
     if (fast_) {
@@ -1166,8 +1171,6 @@ class Run final : public LloydRun {
                          " bytes are free");
 
     // Data: W rows from the host, the low copy converted on the device.
-    std::vector<WT> hw(nd);
-    for (std::size_t i = 0; i < nd; ++i) hw[i] = WT(x.values[i]);
     xw_ = track(DeviceBuffer<WT>(nd, "the working-precision features"));
     KMSEG_CUDA_CHECK(cudaMemcpyAsync(xw_.get(), hw.data(), nd * sizeof(WT), cudaMemcpyHostToDevice,
                                      stream_.get()));

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "kmseg/config.h"
 
@@ -50,5 +51,14 @@ double bf16BitsToDouble(std::uint16_t bits);
 
 /// `x` rounded to `p` (ties to even) and returned as a double. For Fp64 this is `x`.
 double roundTo(Precision p, double x);
+
+/// The number type of precision P, given the engine's 16-bit types (the CPU engine's emulated
+/// ones or the device's): double, float, Half, Bf16, or void for Precision::None.
+template <Precision P, class Half, class Bf16>
+using NumberType = std::conditional_t<
+    P == Precision::Fp64, double,
+    std::conditional_t<P == Precision::Fp32, float,
+                       std::conditional_t<P == Precision::Fp16, Half,
+                                          std::conditional_t<P == Precision::Bf16, Bf16, void>>>>;
 
 }  // namespace kmseg
