@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include <unistd.h>
+
 namespace kmseg::test {
 
 /// Path of a file of the source tree (samples/..., tests/data/...). Tests run with the
@@ -15,9 +17,11 @@ inline std::filesystem::path sourcePath(const std::string& relative) {
   return std::filesystem::path(root && *root ? root : ".") / relative;
 }
 
-/// A fresh, empty temporary directory for one test.
+/// A fresh, empty temporary directory for one test. The process id keeps two test runs on one
+/// machine (two checkouts, or ctest -j) out of each other's files.
 inline std::filesystem::path freshTempDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("kmseg-test-" + name);
+  auto dir = std::filesystem::temp_directory_path() /
+             ("kmseg-test-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -42,8 +42,7 @@ CliRun kmseg(const std::string& args) {
     ADD_FAILURE() << "KMSEG_CLI is not set (CTest sets it to the kmseg executable)";
     return {};
   }
-  const fs::path dir = fs::temp_directory_path() / "kmseg-cli-capture";
-  fs::create_directories(dir);
+  const fs::path dir = test::freshTempDir("cli-capture");
   const std::string cmd = std::string("'") + exe + "' " + args + " >'" + (dir / "out").string() +
                           "' 2>'" + (dir / "err").string() + "'";
   const int status = std::system(cmd.c_str());
