@@ -19,10 +19,11 @@ inline Matrix randomData(std::size_t n, std::size_t d, std::uint32_t seed) {
   return m;
 }
 
-/// Gaussian blobs: `count` means drawn uniformly from [lo, hi)^d, then sample i is mean i mod
-/// count plus N(0, sigma^2) noise per feature (shared by the CPU and GPU suites).
+/// Gaussian blobs: `count` means drawn uniformly from [lo, hi)^d, then sample i is mean
+/// (i / run) mod count plus N(0, sigma^2) noise per feature (shared by the CPU and GPU suites).
+/// run > 1 gives runs of consecutive samples from one blob, like the pixels of a photo.
 inline Matrix blobs(std::size_t n, std::size_t d, int count, double sigma, std::uint32_t seed,
-                    double lo = 0.0, double hi = 1.0) {
+                    double lo = 0.0, double hi = 1.0, std::size_t run = 1) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(lo, hi);
   std::normal_distribution<double> noise(0.0, sigma);
@@ -30,7 +31,7 @@ inline Matrix blobs(std::size_t n, std::size_t d, int count, double sigma, std::
   for (double& m : means) m = u(rng);
   Matrix x(n, d);
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t b = i % std::size_t(count);
+    const std::size_t b = (i / run) % std::size_t(count);
     for (std::size_t q = 0; q < d; ++q) x(i, q) = means[b * d + q] + noise(rng);
   }
   return x;

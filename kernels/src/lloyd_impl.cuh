@@ -181,6 +181,17 @@ __device__ inline void addBlockCounts(unsigned changed, unsigned fallbacks, unsi
   }
 }
 
+// Asks L2 to fetch [p, p + bytes): the block's threads take one 128-byte line each in turn.
+// Lines are counted from p rounded down to 128 bytes, so the last partial line is included; the
+// rounded address stays inside the allocation (device allocations are 256-byte aligned).
+__device__ inline void prefetchL2(const void* p, std::size_t bytes) {
+  const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t base = first & ~std::uintptr_t(127);
+  const std::size_t span = bytes + (first - base);
+  for (std::size_t off = std::size_t(threadIdx.x) * 128; off < span; off += blockDim.x * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+}
+
 // Low and high copies of the centres and the low norms, from cw. Block-strided over K.
 template <class A>
 __device__ void prepareCentres(const A& a) {
@@ -698,13 +709,17 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// fp64 / fp32 distances (scalarAssign), two centres per packed instruction for fp16 / bf16
 /// (packedAssign, see kPackedPass). The host takes this pass only when no distance can overflow
 /// (kFastMaxAbs); the generic assignKernel covers the rest.
-/// Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W (lane l
-/// adds into slot l mod S; the 32 / S lanes of a slot take turns in lane order), the cluster
-/// counts, and the centres (LowCentre or PairCentre, HighCentre).
-/// Determinism: a slot's sum adds its points in a fixed order (phase = lane / S, then round,
-/// then p); integer counts use shared atomics (exact). The fold adds, per element, the slots of
-/// each warp in slot order, then the warps in warp order, and writes partialSum[e blocks + b].
-/// Everything depends only on N, K, D, the labels and the launch shape.
+/// Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
+/// cluster counts, and the centres (LowCentre or PairCentre, HighCentre).
+/// Sums: per round and p, the warp's 32 points (consecutive pixels) either all have one label,
+/// and then a butterfly over the lanes sums them and lane 0 adds the sum into slot 0; or each
+/// lane l adds its point into slot l mod S, the 32 / S lanes of a slot taking turns in lane
+/// order (phases).
+/// Determinism: a slot's sum adds in a fixed order (round, then the uniform groups by p, then
+/// phase, then p); the butterfly's order is fixed by the lanes; integer counts use shared atomics
+/// (exact). The fold adds, per element, the slots of each warp in slot order, then the warps in
+/// warp order, and writes partialSum[e blocks + b]. Everything depends only on N, K, D, the
+/// labels and the launch shape.
 template <class LowT, class HighT, class WT, class LabelT, int DT>
 __global__ void __launch_bounds__(kAssignThreads)
     assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
@@ -738,6 +753,11 @@ __global__ void __launch_bounds__(kAssignThreads)
   PC* scp = reinterpret_cast<PC*>(p8);
   HC* sch = reinterpret_cast<HC*>(p8 + lowCentres * (kPacked ? sizeof(PC) : sizeof(LC)));
 
+  // The first round's rows go to L2 while the block sets up.
+  if (blockIdx.x * a.chunk < a.n)
+    prefetchL2(a.xw + blockIdx.x * a.chunk * DT,
+               std::size_t(min(a.n - blockIdx.x * a.chunk, (long long)P * kAssignThreads)) * DT *
+                   sizeof(WT));
   for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
   for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
   __shared__ unsigned totals[3];
@@ -763,22 +783,41 @@ __global__ void __launch_bounds__(kAssignThreads)
   }
   __syncthreads();
 
-  WT* myAcc = acc + std::size_t(warp) * kd * slots + (lane & (slots - 1));
+  WT* warpAcc = acc + std::size_t(warp) * kd * slots;
+  WT* myAcc = warpAcc + (lane & (slots - 1));
   const int myPhase = lane >> slotShift;
   const long long begin = blockIdx.x * a.chunk;
   const long long end = min(a.n, begin + a.chunk);
+  constexpr long long kRound = (long long)P * kAssignThreads;
+  // The next round's rows and labels are fetched into L2 while this round computes, so that a
+  // round's loads wait for L2, not for device memory.
+  auto prefetchRound = [&](long long r) {
+    if (r >= end) return;
+    const long long m = min(end, r + kRound) - r;
+    prefetchL2(a.xw + r * DT, std::size_t(m) * DT * sizeof(WT));
+    if (assign && iteration >= 2) {
+      prefetchL2(a.labels + r, std::size_t(m) * sizeof(LabelT));
+      prefetchL2(a.twoAgo + r, std::size_t(m) * sizeof(LabelT));
+    }
+  };
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
-  for (long long round = begin; round < end; round += P * kAssignThreads) {
+  for (long long round = begin; round < end; round += kRound) {
+    prefetchRound(round + kRound);
     WT w[P][DT];
-    int label[P];
+    int label[P], old[P], twoAgo[P];
     bool valid[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const long long i = round + p * kAssignThreads + threadIdx.x;
       valid[p] = i < end;
-      const WT* wr = a.xw + (valid[p] ? i : begin) * DT;
+      const long long r = valid[p] ? i : begin;
+      const WT* wr = a.xw + r * DT;
 #pragma unroll
       for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
+      // The labels this round replaces, loaded with the rows (not after the assignment, where
+      // each store would wait for its load).
+      old[p] = assign && iteration >= 2 ? int(a.labels[r]) : 0;
+      twoAgo[p] = assign && iteration >= 3 ? int(a.twoAgo[r]) : 0;
     }
     if (assign) {
       int best[P];
@@ -791,13 +830,12 @@ __global__ void __launch_bounds__(kAssignThreads)
         label[p] = best[p];
         if (!valid[p]) continue;
         const long long i = round + p * kAssignThreads + threadIdx.x;
-        const int old = a.labels[i];
         if (iteration == 1) {
           changed += 1;
         } else {
-          changed += old != best[p];
-          if (iteration >= 3) cycleDiff += int(a.twoAgo[i]) != best[p];
-          a.twoAgo[i] = LabelT(old);
+          changed += old[p] != best[p];
+          if (iteration >= 3) cycleDiff += twoAgo[p] != best[p];
+          a.twoAgo[i] = LabelT(old[p]);
         }
         a.labels[i] = LabelT(best[p]);
       }
@@ -808,22 +846,53 @@ __global__ void __launch_bounds__(kAssignThreads)
         label[p] = valid[p] ? int(a.labels[i]) : 0;
       }
     }
-    // The lanes of one slot take turns, in lane order; lanes of one phase own distinct slots.
-    for (int ph = 0; ph < phases; ++ph) {
-      if (ph == myPhase) {
+    // A group p (the warp's 32 consecutive points) whose points all have one label: a butterfly
+    // sum over the lanes, added by lane 0 to slot 0 (photos have long runs of one label).
+    bool uniform[P];
+    bool mixed = false;
 #pragma unroll
-        for (int p = 0; p < P; ++p) {
-          if (!valid[p]) continue;
-          WT* s = myAcc + std::size_t(label[p]) * DT * slots;
-#pragma unroll
-          for (int q = 0; q < DT; ++q) s[q * slots] = s[q * slots] + w[p][q];
-        }
-      }
-      __syncwarp();
+    for (int p = 0; p < P; ++p) {
+      const int l0 = __shfl_sync(0xffffffffu, label[p], 0);
+      uniform[p] = __all_sync(0xffffffffu, valid[p] && label[p] == l0);
+      mixed |= !uniform[p];
     }
 #pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (valid[p]) atomicAdd(&count[label[p]], 1u);
+    for (int p = 0; p < P; ++p) {
+      if (!uniform[p]) continue;
+      WT v[DT];
+#pragma unroll
+      for (int q = 0; q < DT; ++q) v[q] = w[p][q];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int q = 0; q < DT; ++q) v[q] = v[q] + __shfl_xor_sync(0xffffffffu, v[q], o);
+      if (lane == 0) {
+        WT* s = warpAcc + std::size_t(label[p]) * DT * slots;
+#pragma unroll
+        for (int q = 0; q < DT; ++q) s[q * slots] = s[q * slots] + v[q];
+        atomicAdd(&count[label[p]], 32u);
+      }
+    }
+    // The other groups' points one by one: the lanes of one slot take turns, in lane order;
+    // lanes of one phase own distinct slots.
+    if (mixed) {
+      for (int ph = 0; ph < phases; ++ph) {
+        __syncwarp();
+        if (ph == myPhase) {
+#pragma unroll
+          for (int p = 0; p < P; ++p) {
+            if (!valid[p] || uniform[p]) continue;
+            WT* s = myAcc + std::size_t(label[p]) * DT * slots;
+#pragma unroll
+            for (int q = 0; q < DT; ++q) s[q * slots] = s[q * slots] + w[p][q];
+          }
+        }
+      }
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (valid[p] && !uniform[p]) atomicAdd(&count[label[p]], 1u);
+    }
+    __syncwarp();
   }
   __syncthreads();
 

@@ -91,8 +91,9 @@ int iterationsSeenWhenCancelledAt3(KMeansEngine& engine, const Matrix& data, con
 }
 
 // Gaussian blobs with means in [0.1, 0.9)^d.
-Matrix blobs(std::size_t n, std::size_t d, int centres, double sigma, std::uint32_t seed) {
-  return test::blobs(n, d, centres, sigma, seed, 0.1, 0.9);
+Matrix blobs(std::size_t n, std::size_t d, int centres, double sigma, std::uint32_t seed,
+             std::size_t run = 1) {
+  return test::blobs(n, d, centres, sigma, seed, 0.1, 0.9, run);
 }
 
 Matrix photo(const char* name) {
@@ -321,6 +322,10 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
   const Matrix d7 = blobs(1500, 7, 6, 0.05, 4);
   cases.push_back(
       {"generic pass", d7, gatherRows(d7, chooseInitialCentres(d7, 6, Init::RandomPoints, 2)), 6});
+  // Runs of 96 rows from one blob, as in a photo: whole warps of one label (the butterfly sums).
+  const Matrix runs = blobs(2500, 5, 4, 0.02, 5, 96);
+  cases.push_back({"runs of one label", runs,
+                   gatherRows(runs, chooseInitialCentres(runs, 4, Init::RandomPoints, 3)), 4});
   const Matrix r5 = randomData(1200, 5, 23);
   cases.push_back({"re-seeding", r5, gatherRows(r5, {0, 0, 1, 1, 2, 3}), 6});
   for (const DataCase& c : cases) {
