@@ -192,6 +192,33 @@ __device__ inline void prefetchL2(const void* p, std::size_t bytes) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
 }
 
+// Sums of up to 8 values over the 32 lanes of a warp (v[q] of every lane, for q < DT), with 9
+// shuffles instead of 5 DT: each of the first three butterfly steps halves the values a lane
+// carries (the lane keeps one half, its partner the other), the last two sum the single value
+// left. Lane l ends with the total of value q = 4 bit4(l) + 2 bit3(l) + bit2(l) (returned in
+// `q`, which may be >= DT: padding). The order of the additions is fixed by the lanes.
+template <int DT, class T>
+__device__ inline T warpSum8(const T (&v)[DT], int lane, int& q) {
+  static_assert(DT >= 1 && DT <= 8, "warpSum8 carries at most 8 values");
+  T a[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a[i] = i < DT ? v[i] : T(0);
+#pragma unroll
+  for (int width = 4, bit = 16; width >= 1; width >>= 1, bit >>= 1) {
+    const bool upper = lane & bit;
+#pragma unroll
+    for (int i = 0; i < width; ++i) {
+      const T keep = upper ? a[i + width] : a[i];
+      const T send = upper ? a[i] : a[i + width];
+      a[i] = keep + __shfl_xor_sync(0xffffffffu, send, bit);
+    }
+  }
+  a[0] = a[0] + __shfl_xor_sync(0xffffffffu, a[0], 2);
+  a[0] = a[0] + __shfl_xor_sync(0xffffffffu, a[0], 1);
+  q = ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1);
+  return a[0];
+}
+
 // Low and high copies of the centres and the low norms, from cw. Block-strided over K.
 template <class A>
 __device__ void prepareCentres(const A& a) {
@@ -666,22 +693,50 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
   DistT bestD[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) bestD[p] = DistT(__builtin_huge_val()), best[p] = 0;
-#pragma unroll 2
-  for (int j = 0; j < a.k; ++j) {
-    const LC c = scl[j];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
+  if constexpr (!kFallback) {
+    // Uniform modes: centres in pairs. The pair's smaller distance m = min(d_j, d_j+1) replaces
+    // the best when strictly smaller, and the pair's first index is kept; which of the two won
+    // is settled once at the end by recomputing d_j (same operations, same bits): it won if it
+    // equals the best. That is the sequential scan's result: a strict < across pairs keeps the
+    // earlier pair on a tie, and d_j == m means d_j <= d_j+1, where the scan keeps j.
+    auto distance = [&](int p, const LC& c) {
       const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
-      DistT dj;
-      if constexpr (kFallback) {
-        bool fell = false;
-        dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], c.cc, dot), xh[p], sch[j].c, DT,
-                                    a.factor, &fell);
-        fallbacks += unsigned(fell && valid[p]);
-      } else {
-        dj = convert<DistT>(M::fma(M::from(-2.0), dot, M::add(xx[p], c.cc)));
+      return convert<DistT>(M::fma(M::from(-2.0), dot, M::add(xx[p], c.cc)));
+    };
+    const int pairEnd = a.k & ~1;
+#pragma unroll 2
+    for (int j = 0; j < pairEnd; j += 2) {
+      const LC c0 = scl[j], c1 = scl[j + 1];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const DistT m = min(distance(p, c0), distance(p, c1));
+        if (m < bestD[p]) bestD[p] = m, best[p] = j;
       }
-      if (dj < bestD[p]) bestD[p] = dj, best[p] = j;
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (pairEnd > 0 && distance(p, scl[best[p]]) != bestD[p]) best[p] += 1;
+    if (a.k & 1) {
+      const LC c = scl[a.k - 1];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const DistT dj = distance(p, c);
+        if (dj < bestD[p]) bestD[p] = dj, best[p] = a.k - 1;
+      }
+    }
+  } else {
+#pragma unroll 2
+    for (int j = 0; j < a.k; ++j) {
+      const LC c = scl[j];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
+        bool fell = false;
+        const DistT dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], c.cc, dot), xh[p],
+                                                sch[j].c, DT, a.factor, &fell);
+        fallbacks += unsigned(fell && valid[p]);
+        if (dj < bestD[p]) bestD[p] = dj, best[p] = j;
+      }
     }
   }
 }
@@ -712,7 +767,8 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
 /// cluster counts, and the centres (LowCentre or PairCentre, HighCentre).
 /// Sums: per round and p, the warp's 32 points (consecutive pixels) either all have one label,
-/// and then a butterfly over the lanes sums them and lane 0 adds the sum into slot 0; or each
+/// and then warpSum8 sums them over the lanes and one lane per feature adds its total into
+/// slot 0; or each
 /// lane l adds its point into slot l mod S, the 32 / S lanes of a slot taking turns in lane
 /// order (phases).
 /// Determinism: a slot's sum adds in a fixed order (round, then the uniform groups by p, then
@@ -859,19 +915,13 @@ __global__ void __launch_bounds__(kAssignThreads)
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if (!uniform[p]) continue;
-      WT v[DT];
-#pragma unroll
-      for (int q = 0; q < DT; ++q) v[q] = w[p][q];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int q = 0; q < DT; ++q) v[q] = v[q] + __shfl_xor_sync(0xffffffffu, v[q], o);
-      if (lane == 0) {
-        WT* s = warpAcc + std::size_t(label[p]) * DT * slots;
-#pragma unroll
-        for (int q = 0; q < DT; ++q) s[q * slots] = s[q * slots] + v[q];
-        atomicAdd(&count[label[p]], 32u);
+      int q;
+      const WT v = warpSum8<DT>(w[p], lane, q);
+      if ((lane & 3) == 0 && q < DT) {
+        WT* s = warpAcc + (std::size_t(label[p]) * DT + q) * slots;
+        *s = *s + v;
       }
+      if (lane == 0) atomicAdd(&count[label[p]], 32u);
     }
     // The other groups' points one by one: the lanes of one slot take turns, in lane order;
     // lanes of one phase own distinct slots.
