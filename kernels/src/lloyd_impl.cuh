@@ -787,6 +787,10 @@ __global__ void __launch_bounds__(kAssignThreads)
   using PC = PairCentre<LowT, DT>;
   constexpr bool kFallback = A::kFallback;
   constexpr bool kPacked = kPackedPass<LowT, kFallback>;
+  // Old labels loaded with the rows hold 2 P registers through the assignment; the scalar
+  // mixed pass (bf16 and fp32>fp64 fallbacks) has none to spare (bf16>fp32: 68 -> 90 registers,
+  // three resident blocks -> two), so it loads them after the assignment, all before any store.
+  constexpr bool kEarlyLabels = kPacked || !kFallback;
   constexpr int P = kFastPoints;
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -862,6 +866,10 @@ __global__ void __launch_bounds__(kAssignThreads)
     WT w[P][DT];
     int label[P], old[P], twoAgo[P];
     bool valid[P];
+    auto loadOld = [&](int p, long long r) {
+      old[p] = assign && iteration >= 2 ? int(a.labels[r]) : 0;
+      twoAgo[p] = assign && iteration >= 3 ? int(a.twoAgo[r]) : 0;
+    };
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const long long i = round + p * kAssignThreads + threadIdx.x;
@@ -870,10 +878,9 @@ __global__ void __launch_bounds__(kAssignThreads)
       const WT* wr = a.xw + r * DT;
 #pragma unroll
       for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
-      // The labels this round replaces, loaded with the rows (not after the assignment, where
-      // each store would wait for its load).
-      old[p] = assign && iteration >= 2 ? int(a.labels[r]) : 0;
-      twoAgo[p] = assign && iteration >= 3 ? int(a.twoAgo[r]) : 0;
+      // The labels this round replaces, loaded with the rows, so that no label store waits for
+      // its load after the assignment.
+      if constexpr (kEarlyLabels) loadOld(p, r);
     }
     if (assign) {
       int best[P];
@@ -881,6 +888,12 @@ __global__ void __launch_bounds__(kAssignThreads)
         packedAssign<P>(a, scp, sch, w, valid, best, fallbacks);
       else
         scalarAssign<P>(a, scl, sch, w, valid, best, fallbacks);
+      if constexpr (!kEarlyLabels) {
+        // All loads before any store (from L2: prefetched with the rows).
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+          loadOld(p, valid[p] ? round + p * kAssignThreads + threadIdx.x : begin);
+      }
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         label[p] = best[p];
