@@ -768,11 +768,10 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// cluster counts, and the centres (LowCentre or PairCentre, HighCentre).
 /// Sums: per round and p, the warp's 32 points (consecutive pixels) either all have one label,
 /// and then warpSum8 sums them over the lanes and one lane per feature adds its total into
-/// slot 0; or each
-/// lane l adds its point into slot l mod S, the 32 / S lanes of a slot taking turns in lane
-/// order (phases).
+/// slot 0; or each lane l adds its point into slot l mod S, the 32 / S lanes of a slot taking
+/// turns in lane order (phases).
 /// Determinism: a slot's sum adds in a fixed order (round, then the uniform groups by p, then
-/// phase, then p); the butterfly's order is fixed by the lanes; integer counts use shared atomics
+/// phase, then p); warpSum8's order is fixed by the lanes; integer counts use shared atomics
 /// (exact). The fold adds, per element, the slots of each warp in slot order, then the warps in
 /// warp order, and writes partialSum[e blocks + b]. Everything depends only on N, K, D, the
 /// labels and the launch shape.
@@ -915,8 +914,9 @@ __global__ void __launch_bounds__(kAssignThreads)
         label[p] = valid[p] ? int(a.labels[i]) : 0;
       }
     }
-    // A group p (the warp's 32 consecutive points) whose points all have one label: a butterfly
-    // sum over the lanes, added by lane 0 to slot 0 (photos have long runs of one label).
+    // A group p (the warp's 32 consecutive points) whose points all have one label: summed over
+    // the lanes by warpSum8, five lanes add the totals to slot 0 (photos have long runs of one
+    // label).
     bool uniform[P];
     bool mixed = false;
 #pragma unroll
