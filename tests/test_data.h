@@ -37,4 +37,14 @@ inline Matrix blobs(std::size_t n, std::size_t d, int count, double sigma, std::
   return x;
 }
 
+/// Six 2-D centres for runs that must re-seed: three near the origin (one blob of such data
+/// lies nearby) and three far from everything, which lose all their samples.
+inline Matrix centresThatEmpty() {
+  const double c[6][2] = {{0.0, 0.0}, {0.001, 0.0}, {0.0, 0.001}, {5, 5}, {-5, 5}, {5, -5}};
+  Matrix init(6, 2);
+  for (std::size_t j = 0; j < 6; ++j)
+    for (std::size_t q = 0; q < 2; ++q) init(j, q) = c[j][q];
+  return init;
+}
+
 }  // namespace kmseg::test

@@ -118,11 +118,8 @@ TEST(Bounds, LargeRoundingErrorFarFromTheOrigin) {
 // the re-seeded sample's bounds.
 TEST(Bounds, ReseededEmptyClusters) {
   Matrix data = blobs(5000, 2, 3, 0.01, 4);
-  Matrix init(6, 2);
   // Three centres near one blob, three far away from everything: some lose all their points.
-  const double c[6][2] = {{0.0, 0.0}, {0.001, 0.0}, {0.0, 0.001}, {5, 5}, {-5, 5}, {5, -5}};
-  for (int j = 0; j < 6; ++j)
-    for (int q = 0; q < 2; ++q) init(std::size_t(j), std::size_t(q)) = c[j][q];
+  const Matrix init = test::centresThatEmpty();
   for (Mode mode : {Mode::Fp64, Mode::Fp32}) {
     const KMeansResult r = expectBoundsExact(data, init, paramsFor(mode, 6, 60), "reseed");
     EXPECT_GT(r.emptyClusterEvents, 0);

@@ -84,10 +84,7 @@ TEST(SumBlockPartials, CentresAreTheMeansAfterReseeding) {
   // Three blobs; six centres, three far from everything: they lose their samples and are
   // re-seeded, after which the pass recomputes every partial.
   const Matrix data = blobs(60000, 2, 3, 0.02, 5);
-  Matrix init(6, 2);
-  const double c[6][2] = {{0.0, 0.0}, {0.001, 0.0}, {0.0, 0.001}, {5, 5}, {-5, 5}, {5, -5}};
-  for (int j = 0; j < 6; ++j)
-    for (int q = 0; q < 2; ++q) init(std::size_t(j), std::size_t(q)) = c[j][q];
+  const Matrix init = test::centresThatEmpty();
   auto engine = makeCpuEngine(2);
   for (int t : {1, 2, 3, 4, 6, 10, 30}) {
     const KMeansResult r = engine->run(data, init, paramsFor(Mode::Fp64, 6, t, true));
