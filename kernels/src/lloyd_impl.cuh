@@ -68,8 +68,8 @@ inline constexpr std::size_t kUpdateShared =
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
 // The fast assignment pass (assignFastKernel): its compile-time D, the points each thread
 // handles per round, the shared memory a block may take so that four blocks share an SM (the
-// fp32 pass's 58 registers allow four; at two the pass waited on shared and global loads, ncu
-// 2026-11-29; the packed mixed pass's 96 registers allow two), and the most points one
+// fp32 pass's 64 registers (nvcc 13.0) allow four; at two the pass waited on shared and global
+// loads, ncu 2026-11-29; the packed mixed pass's 96 registers allow two), and the most points one
 // accumulator slot adds in a running sum before the block's fixed-order fold.
 inline constexpr int kFastD = 5;
 inline constexpr int kFastPoints = 4;
@@ -462,7 +462,7 @@ struct alignas(16) HighCentre {
 // Pairs that do not are marked in a bit set (16 centre pairs per 32-bit word) and evaluated
 // afterwards with the exact scalar code (mixedDistance), which decides the fallback, so the
 // fallback count is the exact one. Valid when no distance can overflow: the host takes this
-// pass only when every feature's magnitude is at most kPackedMaxAbs<LowT> (then s, 2 x^T c and
+// pass only when every feature's magnitude is at most kFastMaxAbs<LowT> (then s, 2 x^T c and
 // d^ are finite and d = fma(-2, dot, s) equals s - 2 dot, since 2 dot is exact).
 
 template <class LowT>
@@ -812,11 +812,21 @@ __global__ void __launch_bounds__(kAssignThreads)
   PC* scp = reinterpret_cast<PC*>(p8);
   HC* sch = reinterpret_cast<HC*>(p8 + lowCentres * (kPacked ? sizeof(PC) : sizeof(LC)));
 
-  // The first round's rows go to L2 while the block sets up.
-  if (blockIdx.x * a.chunk < a.n)
-    prefetchL2(a.xw + blockIdx.x * a.chunk * DT,
-               std::size_t(min(a.n - blockIdx.x * a.chunk, (long long)P * kAssignThreads)) * DT *
-                   sizeof(WT));
+  const long long begin = blockIdx.x * a.chunk;
+  const long long end = min(a.n, begin + a.chunk);
+  constexpr long long kRound = (long long)P * kAssignThreads;
+  // A round's rows and labels are fetched into L2 while the round before it computes (the first
+  // round's while the block sets up), so that a round's loads wait for L2, not device memory.
+  auto prefetchRound = [&](long long r) {
+    if (r >= end) return;
+    const long long m = min(end, r + kRound) - r;
+    prefetchL2(a.xw + r * DT, std::size_t(m) * DT * sizeof(WT));
+    if (assign && iteration >= 2) {
+      prefetchL2(a.labels + r, std::size_t(m) * sizeof(LabelT));
+      prefetchL2(a.twoAgo + r, std::size_t(m) * sizeof(LabelT));
+    }
+  };
+  prefetchRound(begin);
   for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
   for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
   __shared__ unsigned totals[3];
@@ -845,20 +855,6 @@ __global__ void __launch_bounds__(kAssignThreads)
   WT* warpAcc = acc + std::size_t(warp) * kd * slots;
   WT* myAcc = warpAcc + (lane & (slots - 1));
   const int myPhase = lane >> slotShift;
-  const long long begin = blockIdx.x * a.chunk;
-  const long long end = min(a.n, begin + a.chunk);
-  constexpr long long kRound = (long long)P * kAssignThreads;
-  // The next round's rows and labels are fetched into L2 while this round computes, so that a
-  // round's loads wait for L2, not for device memory.
-  auto prefetchRound = [&](long long r) {
-    if (r >= end) return;
-    const long long m = min(end, r + kRound) - r;
-    prefetchL2(a.xw + r * DT, std::size_t(m) * DT * sizeof(WT));
-    if (assign && iteration >= 2) {
-      prefetchL2(a.labels + r, std::size_t(m) * sizeof(LabelT));
-      prefetchL2(a.twoAgo + r, std::size_t(m) * sizeof(LabelT));
-    }
-  };
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
   for (long long round = begin; round < end; round += kRound) {
     prefetchRound(round + kRound);
