@@ -143,6 +143,14 @@ struct Args {
   int sharedAcc;      // 1: per-warp accumulators in shared memory; 0: scratch, warps in turn
   int sharedCentres;  // 1: centres staged in shared memory
   int fastSlotShift;  // assignFastKernel: log2 of the accumulator slots per warp
+  // assignFastKernel's centre pruning (see warpCandidates): on/off (KMeansParams::useBounds) and
+  // its margins, rounded up to float: err * (bound on ||x~||^2 + ||c~||^2) + 2^-20 bounds how far
+  // a pair's value can be from the exact ||x~ - c~||^2 (rounding of the expanded formula and of
+  // the bound arithmetic); eta * (||x~|| + ||c~||) bounds ||x - x~|| + ||c - c~|| (mixed modes,
+  // whose fallback value comes from the W rows); thr * (||x~||^2 + ||c~||^2) bounds the
+  // reliability threshold fl_H(factor s) from above.
+  int prune;
+  float pruneErr, pruneEta, pruneThr;
   int traceSse, detectCycles;
   int hostLoop;  // 1: the host drives the loop (no graph, no conditional nodes to set)
   double tolerance;
@@ -566,11 +574,22 @@ LowT roundUp(double v) {
   return r;
 }
 
+/// The 16 centre pairs of a word of 32 candidate bits (centres 2t, 2t + 1 -> bit t): a pair is a
+/// candidate when either of its centres is.
+__device__ inline unsigned candidatePairs(unsigned centres) {
+  unsigned x = (centres | (centres >> 1)) & 0x55555555u;
+  x = (x | (x >> 1)) & 0x33333333u;
+  x = (x | (x >> 2)) & 0x0f0f0f0fu;
+  x = (x | (x >> 4)) & 0x00ff00ffu;
+  return (x | (x >> 8)) & 0x0000ffffu;
+}
+
 /// Packed assignment of P points (rows w, in W) of one thread: best[p] gets the label, fallbacks
 /// the exact fallback count of the valid points.
 template <int P, class A, class PC, class HC, class WT, int DT>
-__device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, const WT (&w)[P][DT],
-                                    const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
+__device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, const unsigned* cand,
+                                    const WT (&w)[P][DT], const bool (&valid)[P], int (&best)[P],
+                                    unsigned& fallbacks) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   using T2 = typename Packed<LowT>::type;
   using H = typename A::H;
@@ -600,12 +619,16 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
     for (int p = 0; p < P; ++p) slowD[p] = H(__builtin_huge_val()), slowJ[p] = 0x7fffffff;
   }
   for (int t0 = 0; t0 < pairs; t0 += 16) {
-    const int t1 = min(pairs, t0 + 16);
+    // The chunk's candidate pairs, in increasing order: pair t stays when either of its centres
+    // is a candidate (warpCandidates); centre word t0 / 16 holds the chunk's 32 centres.
+    unsigned left = candidatePairs(cand[t0 >> 4]);
+    if (left == 0) continue;
     unsigned notSure[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) notSure[p] = 0;
-#pragma unroll 2
-    for (int t = t0; t < t1; ++t) {
+    while (left) {
+      const int t = t0 + __ffs(left) - 1;
+      left &= left - 1;
       const PC c = scp[t];
 #pragma unroll
       for (int p = 0; p < P; ++p) {
@@ -671,8 +694,9 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
 /// Uniform modes: with finite distances (guaranteed by kFastMaxAbs) the sequential scan with
 /// closer() is a strict < from +inf, and d = fma(-2, dot, s) equals s - 2 dot.
 template <int P, class A, class LC, class HC, class WT, int DT>
-__device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, const WT (&w)[P][DT],
-                                    const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
+__device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, const unsigned* cand,
+                                    const WT (&w)[P][DT], const bool (&valid)[P], int (&best)[P],
+                                    unsigned& fallbacks) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   using H = typename A::H;
   using M = Math<LowT>;
@@ -693,52 +717,220 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
   DistT bestD[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) bestD[p] = DistT(__builtin_huge_val()), best[p] = 0;
+  // The candidate centres (warpCandidates), in increasing index order: word w holds centres
+  // 32 w ... 32 w + 31.
+  const int words = (a.k + 31) >> 5;
   if constexpr (!kFallback) {
-    // Uniform modes: centres in pairs. The pair's smaller distance m = min(d_j, d_j+1) replaces
-    // the best when strictly smaller, and the pair's first index is kept; which of the two won
-    // is settled once at the end by recomputing d_j (same operations, same bits): it won if it
-    // equals the best. That is the sequential scan's result: a strict < across pairs keeps the
-    // earlier pair on a tie, and d_j == m means d_j <= d_j+1, where the scan keeps j.
+    // Uniform modes: candidates in pairs (j0 < j1, consecutive candidates). The pair's smaller
+    // distance m = min(d_j0, d_j1) replaces the best when strictly smaller, and both indices are
+    // kept; which of the two won is settled once at the end by recomputing d_j0 (same operations,
+    // same bits): it won if it equals the best. That is the sequential scan's result: a strict <
+    // across pairs keeps the earlier pair on a tie, and d_j0 == m means d_j0 <= d_j1, where the
+    // scan keeps j0. A word's odd last candidate is scanned alone (its own pair j0 = j1).
     auto distance = [&](int p, const LC& c) {
       const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
       return convert<DistT>(M::fma(M::from(-2.0), dot, M::add(xx[p], c.cc)));
     };
-    const int pairEnd = a.k & ~1;
-#pragma unroll 2
-    for (int j = 0; j < pairEnd; j += 2) {
-      const LC c0 = scl[j], c1 = scl[j + 1];
+    int other[P];
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const DistT m = min(distance(p, c0), distance(p, c1));
-        if (m < bestD[p]) bestD[p] = m, best[p] = j;
+    for (int p = 0; p < P; ++p) other[p] = 0;
+    for (int wd = 0; wd < words; ++wd) {
+      unsigned left = cand[wd];
+      while (left) {
+        const int j0 = (wd << 5) + __ffs(left) - 1;
+        left &= left - 1;
+        if (left == 0) {
+          const LC c = scl[j0];
+#pragma unroll
+          for (int p = 0; p < P; ++p) {
+            const DistT dj = distance(p, c);
+            if (dj < bestD[p]) bestD[p] = dj, best[p] = j0, other[p] = j0;
+          }
+          break;
+        }
+        const int j1 = (wd << 5) + __ffs(left) - 1;
+        left &= left - 1;
+        const LC c0 = scl[j0], c1 = scl[j1];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const DistT m = min(distance(p, c0), distance(p, c1));
+          if (m < bestD[p]) bestD[p] = m, best[p] = j0, other[p] = j1;
+        }
       }
     }
 #pragma unroll
     for (int p = 0; p < P; ++p)
-      if (pairEnd > 0 && distance(p, scl[best[p]]) != bestD[p]) best[p] += 1;
-    if (a.k & 1) {
-      const LC c = scl[a.k - 1];
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const DistT dj = distance(p, c);
-        if (dj < bestD[p]) bestD[p] = dj, best[p] = a.k - 1;
-      }
-    }
+      if (distance(p, scl[best[p]]) != bestD[p]) best[p] = other[p];
   } else {
-#pragma unroll 2
-    for (int j = 0; j < a.k; ++j) {
-      const LC c = scl[j];
+    for (int wd = 0; wd < words; ++wd) {
+      unsigned left = cand[wd];
+      while (left) {
+        const int j = (wd << 5) + __ffs(left) - 1;
+        left &= left - 1;
+        const LC c = scl[j];
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
-        bool fell = false;
-        const DistT dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], c.cc, dot), xh[p],
-                                                sch[j].c, DT, a.factor, &fell);
-        fallbacks += unsigned(fell && valid[p]);
-        if (dj < bestD[p]) bestD[p] = dj, best[p] = j;
+        for (int p = 0; p < P; ++p) {
+          const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
+          bool fell = false;
+          const DistT dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], c.cc, dot), xh[p],
+                                                  sch[j].c, DT, a.factor, &fell);
+          fallbacks += unsigned(fell && valid[p]);
+          if (dj < bestD[p]) bestD[p] = dj, best[p] = j;
+        }
       }
     }
   }
+}
+
+// ---- centre pruning of the fast pass ------------------------------------------------------------
+//
+// Each warp bounds its round's P x 32 consecutive points by a box: per feature the least and the
+// greatest x~_q, as floats rounded outwards. For every centre j it bounds the exact squared
+// distance from any point of the box to c~_j: L_j <= ||x~ - c~_j||^2 <= U_j. The value a pair
+// takes in the scan (d^, or in a mixed mode the direct distance from the W rows when it falls
+// back) is within M_j of the exact ||x~ - c~_j||^2 (Args::pruneErr, pruneEta, and an absolute
+// 2^-20 for 16-bit subnormals). A centre with L_j - M_j > min_i (U_i + M_i) is, for every point of
+// the box, strictly farther than that best centre i, so it can neither win nor tie and the scan
+// skips it. In a mixed mode a skipped centre must also be one whose low-precision distance the
+// reliability test provably accepts (L_j - M_j > thr (||x~||^2 + ||c~||^2)), so that it adds no
+// fallback. Labels, fallback counts and sums are therefore bit-identical to the full scan
+// (KMeansParams::useBounds = false turns pruning off; a GPU test compares the two). The warp's
+// points scan the union of their candidates, in increasing index order. The bounds are computed
+// in float; the margins (err's 2^-18 part) cover their rounding and that of fp64 centres and
+// rows to float. The packed pass scans a centre pair when either centre is a candidate.
+
+// Order-preserving map of floats to unsigned integers (for the warp's integer min / max).
+__device__ inline unsigned orderedKey(float f) {
+  const unsigned u = __float_as_uint(f);
+  return u ^ ((u & 0x80000000u) ? 0xffffffffu : 0x80000000u);
+}
+__device__ inline float fromOrderedKey(unsigned k) {
+  return __uint_as_float(k ^ ((k & 0x80000000u) ? 0x80000000u : 0xffffffffu));
+}
+__device__ inline unsigned warpMin(unsigned v) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+#endif
+}
+__device__ inline unsigned warpMax(unsigned v) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+#endif
+}
+
+/// x~ = fl_low(w) as a float, rounded down (up = false) or up; exact unless LowT is double.
+template <class LowT, class WT>
+__device__ inline float lowAsFloat(WT w, bool up) {
+  if constexpr (std::is_same_v<LowT, double>)
+    return up ? __double2float_ru(double(w)) : __double2float_rd(double(w));
+  else
+    return convert<float>(convert<LowT>(w));
+}
+
+/// The box of a warp's points: per feature the least and greatest x~_q, and an upper bound of
+/// ||x~||^2 over the box (and its root, for the mixed modes' eta term).
+template <int DT>
+struct Box {
+  float lo[DT], hi[DT];
+  float norm, root;
+};
+
+/// low = L_j - M_j and high = U_j + M_j for centre c (as floats) and its norm cc (see above);
+/// in a mixed mode low = -inf unless the reliability test provably accepts every point's pair.
+template <bool kFallback, int DT>
+__device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float err,
+                                    float eta, float thr, float& low, float& high) {
+  float l = 0.f, u = 0.f;
+#pragma unroll
+  for (int q = 0; q < DT; ++q) {
+    const float s = c[q] - b.lo[q], t = b.hi[q] - c[q];
+    const float dl = fmaxf(-fminf(s, t), 0.f), du = fmaxf(s, t);
+    l = fmaf(dl, dl, l);
+    u = fmaf(du, du, u);
+  }
+  const float n = b.norm + cc;
+  float m = fmaf(err, n, 0x1p-20f);
+  if constexpr (kFallback) {
+    const float e = eta * (b.root + sqrtf(cc));
+    m = fmaf(e, fmaf(2.f, sqrtf(u), e), m);
+  }
+  high = u + m;
+  low = l - m;
+  if constexpr (kFallback)
+    if (!(low > thr * n)) low = -__builtin_huge_valf();
+}
+
+/// Writes the warp's candidate words cand[0, ceil(K / 32)) for its round's points (rows w of
+/// every lane; see above). Every lane of the warp calls it; the words are ready after the call.
+template <bool kPacked, int P, class A, class LC, class PC, class WT, int DT>
+__device__ inline void warpCandidates(const A& a, const LC* scl, const PC* scp,
+                                      const WT (&w)[P][DT], unsigned* cand, int laneId) {
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
+  constexpr bool kFallback = A::kFallback;
+  Box<DT> b;
+  b.norm = 0.f;
+#pragma unroll
+  for (int q = 0; q < DT; ++q) {
+    float lo = lowAsFloat<LowT>(w[0][q], false), hi = lowAsFloat<LowT>(w[0][q], true);
+#pragma unroll
+    for (int p = 1; p < P; ++p) {
+      lo = fminf(lo, lowAsFloat<LowT>(w[p][q], false));
+      hi = fmaxf(hi, lowAsFloat<LowT>(w[p][q], true));
+    }
+    b.lo[q] = fromOrderedKey(warpMin(orderedKey(lo)));
+    b.hi[q] = fromOrderedKey(warpMax(orderedKey(hi)));
+    b.norm =
+        fmaf(fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q])), fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q])), b.norm);
+  }
+  b.root = kFallback ? sqrtf(b.norm) : 0.f;
+  auto bounds = [&](int j, float& low, float& high) {
+    float c[DT], cc;
+    if constexpr (kPacked) {
+      const PC& pc = scp[j >> 1];
+      const int hi = j & 1;
+#pragma unroll
+      for (int q = 0; q < DT; ++q) c[q] = convert<float>(lane<LowT>(pc.c[q], hi));
+      cc = convert<float>(lane<LowT>(pc.cc, hi));
+    } else {
+      const LC& lc = scl[j];
+#pragma unroll
+      for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
+      cc = convert<float>(lc.cc);
+    }
+    centreBounds<kFallback>(b, c, cc, a.pruneErr, a.pruneEta, a.pruneThr, low, high);
+  };
+  // The least upper bound over all centres (non-negative, so the bits order as unsigned). The
+  // first 32 centres' lower bounds are kept for the test below (K <= 32: one evaluation each).
+  float best = __builtin_huge_valf(), low0 = -__builtin_huge_valf();
+  if (laneId < a.k) bounds(laneId, low0, best);
+  for (int j = laneId + 32; j < a.k; j += 32) {
+    float low, high;
+    bounds(j, low, high);
+    best = fminf(best, high);
+  }
+  best = __uint_as_float(warpMin(__float_as_uint(best)));
+  for (int j0 = 0; j0 < a.k; j0 += 32) {
+    const int j = j0 + laneId;
+    float low = low0, high;
+    if (j0 > 0) {
+      low = -__builtin_huge_valf();
+      if (j < a.k) bounds(j, low, high);
+    }
+    const unsigned word = __ballot_sync(0xffffffffu, j < a.k && !(low > best));
+    if (laneId == 0) cand[j0 >> 5] = word;
+  }
+  __syncwarp();
+}
+
+/// Candidate words per warp of the fast pass: one bit per centre.
+constexpr int fastCandidateWords(int k) {
+  return (k + 31) / 32;
 }
 
 /// Bytes of the fast pass's dynamic shared memory for `slots` accumulator slots per warp.
@@ -747,25 +939,30 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
   const std::size_t acc = std::size_t(kWarps) * k * DT * slots * sizeof(WT);
   const std::size_t counts = (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
   std::size_t centres = k * sizeof(LowCentre<LowT, DT>);
+  const std::size_t cand =
+      (std::size_t(kWarps) * fastCandidateWords(k) * sizeof(unsigned) + 15) / 16 * 16;
   if constexpr (kPackedLow<LowT>) {
     if (fallback ? kPackedPass<LowT, true> : kPackedPass<LowT, false>)
       centres = (k + 1) / 2 * sizeof(PairCentre<LowT, DT>);
   }
-  return (acc + 15) / 16 * 16 + counts + centres + (fallback ? k * sizeof(HighCentre<H, DT>) : 0);
+  return (acc + 15) / 16 * 16 + counts + cand + centres +
+         (fallback ? k * sizeof(HighCentre<H, DT>) : 0);
 }
 
 /// The assignment pass for a compile-time D (the image case), same contract as assignKernel.
 /// Grid: a.blocks blocks of kAssignThreads; block b owns the points [b chunk, (b + 1) chunk) and
-/// walks them in rounds of kFastPoints x kAssignThreads, thread t taking the points
-/// round + p kAssignThreads + t (p < kFastPoints), so each centre loaded from shared memory
-/// serves kFastPoints points. Only the working-precision rows are read: the low-precision x~ is
-/// convert<LowT>(x_W) in registers, the same single rounding as convertKernel's copy. Every
-/// per-pair distance is the shared formula of distance.h, evaluated per element: scalar for
-/// fp64 / fp32 distances (scalarAssign), two centres per packed instruction for fp16 / bf16
+/// walks them in rounds of kFastPoints x kAssignThreads, lane l of warp v taking the points
+/// round + (v kFastPoints + p) 32 + l (p < kFastPoints), so each centre loaded from shared memory
+/// serves kFastPoints points, and a warp's points are consecutive (its box in warpCandidates is
+/// small: photos are spatially coherent). Only the working-precision rows are read: the
+/// low-precision x~ is convert<LowT>(x_W) in registers, the same single rounding as convertKernel's
+/// copy. Every per-pair distance is the shared formula of distance.h, evaluated per element: scalar
+/// for fp64 / fp32 distances (scalarAssign), two centres per packed instruction for fp16 / bf16
 /// (packedAssign, see kPackedPass). The host takes this pass only when no distance can overflow
 /// (kFastMaxAbs); the generic assignKernel covers the rest.
 /// Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
-/// cluster counts, and the centres (LowCentre or PairCentre, HighCentre).
+/// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre or
+/// PairCentre, HighCentre).
 /// Sums: per round and p, the warp's 32 points (consecutive pixels) either all have one label,
 /// and then warpSum8 sums them over the lanes and one lane per feature adds its total into
 /// slot 0; or each lane l adds its point into slot l mod S, the 32 / S lanes of a slot taking
@@ -775,8 +972,20 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// (exact). The fold adds, per element, the slots of each warp in slot order, then the warps in
 /// warp order, and writes partialSum[e blocks + b]. Everything depends only on N, K, D, the
 /// labels and the launch shape.
+/// Blocks of the fast pass that must fit on an SM, which caps its registers at 65536 / (256 n):
+/// in W = fp32 four for the uniform fp32 pass (64 registers), three for the packed uniform and
+/// the scalar mixed passes (85), two for the packed mixed pass (128); two for the uniform fp64
+/// pass (128; its shared memory allows two). Without the cap the pruning code (warpCandidates)
+/// costs each of them a resident block. The other W = fp64 variants take what they need.
+template <class LowT, class HighT, class WT>
+inline constexpr int kFastMinBlocks = std::is_same_v<WT, double>
+                                          ? (std::is_same_v<LowT, double> ? 2 : 1)
+                                          : (!std::is_void_v<HighT>
+                                                 ? (kPackedPass<LowT, true> ? 2 : 3)
+                                                 : (std::is_same_v<LowT, float> ? 4 : 3));
+
 template <class LowT, class HighT, class WT, class LabelT, int DT>
-__global__ void __launch_bounds__(kAssignThreads)
+__global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
     assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
   static_assert(DT > 0, "the fast pass needs a compile-time D");
   using A = Args<LowT, HighT, WT, LabelT>;
@@ -807,6 +1016,9 @@ __global__ void __launch_bounds__(kAssignThreads)
   unsigned char* p8 = smem + (accElems * sizeof(WT) + 15) / 16 * 16;
   unsigned* count = reinterpret_cast<unsigned*>(p8);
   p8 += (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
+  const int candWords = fastCandidateWords(k);
+  unsigned* cand = reinterpret_cast<unsigned*>(p8) + warp * candWords;
+  p8 += (std::size_t(kWarps) * candWords * sizeof(unsigned) + 15) / 16 * 16;
   const int lowCentres = kPacked ? (k + 1) / 2 : k;
   LC* scl = reinterpret_cast<LC*>(p8);
   PC* scp = reinterpret_cast<PC*>(p8);
@@ -852,6 +1064,11 @@ __global__ void __launch_bounds__(kAssignThreads)
   }
   __syncthreads();
 
+  if (assign && !a.prune) {
+    // Every centre is a candidate (the full scan).
+    for (int c = lane; c < candWords; c += 32) cand[c] = c < k >> 5 ? ~0u : (1u << (k & 31)) - 1;
+    __syncwarp();
+  }
   WT* warpAcc = acc + std::size_t(warp) * kd * slots;
   WT* myAcc = warpAcc + (lane & (slots - 1));
   const int myPhase = lane >> slotShift;
@@ -865,9 +1082,10 @@ __global__ void __launch_bounds__(kAssignThreads)
       old[p] = assign && iteration >= 2 ? int(a.labels[r]) : 0;
       twoAgo[p] = assign && iteration >= 3 ? int(a.twoAgo[r]) : 0;
     };
+    auto point = [&](int p) { return round + (warp * P + p) * 32 + lane; };
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      const long long i = round + p * kAssignThreads + threadIdx.x;
+      const long long i = point(p);
       valid[p] = i < end;
       const long long r = valid[p] ? i : begin;
       const WT* wr = a.xw + r * DT;
@@ -879,21 +1097,21 @@ __global__ void __launch_bounds__(kAssignThreads)
     }
     if (assign) {
       int best[P];
+      if (a.prune) warpCandidates<kPacked>(a, scl, scp, w, cand, lane);
       if constexpr (kPacked)
-        packedAssign<P>(a, scp, sch, w, valid, best, fallbacks);
+        packedAssign<P>(a, scp, sch, cand, w, valid, best, fallbacks);
       else
-        scalarAssign<P>(a, scl, sch, w, valid, best, fallbacks);
+        scalarAssign<P>(a, scl, sch, cand, w, valid, best, fallbacks);
       if constexpr (!kEarlyLabels) {
         // All loads before any store (from L2: prefetched with the rows).
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-          loadOld(p, valid[p] ? round + p * kAssignThreads + threadIdx.x : begin);
+        for (int p = 0; p < P; ++p) loadOld(p, valid[p] ? point(p) : begin);
       }
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         label[p] = best[p];
         if (!valid[p]) continue;
-        const long long i = round + p * kAssignThreads + threadIdx.x;
+        const long long i = point(p);
         if (iteration == 1) {
           changed += 1;
         } else {
@@ -905,10 +1123,7 @@ __global__ void __launch_bounds__(kAssignThreads)
       }
     } else {
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const long long i = round + p * kAssignThreads + threadIdx.x;
-        label[p] = valid[p] ? int(a.labels[i]) : 0;
-      }
+      for (int p = 0; p < P; ++p) label[p] = valid[p] ? int(a.labels[point(p)]) : 0;
     }
     // A group p (the warp's 32 consecutive points) whose points all have one label: summed over
     // the lanes by warpSum8, five lanes add the totals to slot 0 (photos have long runs of one
@@ -1357,6 +1572,18 @@ class Run final : public LloydRun {
     args_.ccl = ccl_.get();
     args_.ch = kFallback ? ch_.get() : nullptr;
     args_.factor = H(reliabilityFactor(p.rho, d_, lowPrecision(p.mode)));
+    {
+      // The fast pass's pruning margins (Args::prune): rounded up to float, with room for the
+      // rounding of the computed norms ||c~||^2 (gamma_D relative, below 5 % for bf16) and of
+      // the bound arithmetic in float (the 2^-18 part).
+      const double u = unitRoundoff(lowPrecision(p.mode));
+      auto up = [](double v) { return std::nextafter(float(v), __builtin_huge_valf()); };
+      args_.prune = p.useBounds;
+      args_.pruneErr = up(1.05 * 2.0 * gammaN(d_ + 2, u) + 0x1p-18);
+      args_.pruneEta = kFallback ? up(1.05 * u) : 0.f;
+      args_.pruneThr =
+          kFallback ? up(double(args_.factor) * (1.0 + 8.0 * u) * (1.0 + 0x1p-16)) : 0.f;
+    }
     if constexpr (kPackedLow<LowT>) {
       // The packed test's factor f' >= f (1 + 4 u_low), rounded up to LowT (see packedAssign).
       const double u = unitRoundoff(lowPrecision(p.mode));

@@ -163,6 +163,26 @@ struct DataCase {
   int k;
 };
 
+// Two runs that must agree bit for bit: result, trace and stop.
+void expectSameRun(const KMeansResult& g, const KMeansResult& h) {
+  ASSERT_EQ(g.iterations, h.iterations);
+  EXPECT_EQ(g.stop, h.stop);
+  EXPECT_EQ(g.labels, h.labels);
+  EXPECT_EQ(g.centroids.values, h.centroids.values);
+  EXPECT_EQ(g.fallbacks, h.fallbacks);
+  EXPECT_EQ(g.emptyClusterEvents, h.emptyClusterEvents);
+  EXPECT_EQ(g.sse, h.sse);
+  ASSERT_EQ(g.trace.size(), h.trace.size());
+  for (std::size_t i = 0; i < g.trace.size(); ++i) {
+    SCOPED_TRACE("iteration " + std::to_string(i + 1));
+    EXPECT_EQ(g.trace[i].changed, h.trace[i].changed);
+    EXPECT_EQ(g.trace[i].fallbacks, h.trace[i].fallbacks);
+    EXPECT_EQ(g.trace[i].emptyClusters, h.trace[i].emptyClusters);
+    EXPECT_EQ(g.trace[i].centreShift, h.trace[i].centreShift);
+    EXPECT_EQ(g.trace[i].sse, h.trace[i].sse);
+  }
+}
+
 class CudaEveryMode : public ::testing::TestWithParam<Mode> {};
 
 std::string modeLabel(const ::testing::TestParamInfo<Mode>& info) {
@@ -344,6 +364,52 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
   }
 }
 
+// The fast pass's centre pruning (useBounds, on by default) must give the full scan's run bit for
+// bit: labels, centroids, iterations, stop reason, and per iteration the changed labels and the
+// fallback counts (pruned centres must be ones that provably neither win nor fall back). Cases:
+// photos at K = 32, runs of one label at K = 9 and K = 300 (several candidate words, 16-bit
+// labels), negative features, near points around 20 (most pairs fall back), and re-seeding; in W
+// fp32 and fp64.
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
+  KMSEG_REQUIRE_GPU();
+  const Mode mode = GetParam();
+  auto gpu = makeCudaEngine();
+  std::vector<DataCase> cases;
+  const Matrix coffee = photo("samples/coffee.png");
+  cases.push_back({"coffee", coffee,
+                   gatherRows(coffee, chooseInitialCentres(coffee, 32, Init::RandomPoints, 4)),
+                   32});
+  const Matrix runs = blobs(20000, 5, 9, 0.03, 7, 64);
+  for (int k : {9, 300})
+    cases.push_back(
+        {"runs", runs, gatherRows(runs, chooseInitialCentres(runs, k, Init::RandomPoints, 2)), k});
+  Matrix negative = blobs(6000, 5, 6, 0.05, 11, 48);
+  for (double& v : negative.values) v -= 0.6;
+  cases.push_back({"negative", negative,
+                   gatherRows(negative, chooseInitialCentres(negative, 6, Init::RandomPoints, 3)),
+                   6});
+  Matrix near = blobs(20000, 5, 8, 0.004, 31, 32);
+  for (double& v : near.values) v += 20.0;
+  cases.push_back({"near points", near,
+                   gatherRows(near, chooseInitialCentres(near, 8, Init::RandomPoints, 2)), 8});
+  const Matrix r5 = randomData(3001, 5, 23);
+  cases.push_back({"re-seeding", r5, gatherRows(r5, {0, 0, 1, 1, 2, 3}), 6});
+  for (const DataCase& c : cases) {
+    for (Working w : {Working::Auto, Working::Fp64}) {
+      SCOPED_TRACE(std::string(c.what) + ", K = " + std::to_string(c.k) + ", W " +
+                   std::string(workingName(w)));
+      KMeansParams p = paramsFor(mode, c.k, 40);
+      p.working = w;
+      p.useBounds = false;
+      const KMeansResult full = gpu->run(c.data, c.init, p);
+      p.useBounds = true;
+      const KMeansResult pruned = gpu->run(c.data, c.init, p);
+      expectSameRun(full, pruned);
+      if (std::string(c.what) == "re-seeding") EXPECT_GT(full.emptyClusterEvents, 0);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllModes, CudaEveryMode, ::testing::ValuesIn(kAllModes), modeLabel);
 
 TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
@@ -388,25 +454,6 @@ class HostLoopEnv {
   std::string old_;
   bool hadOld_ = false;
 };
-
-void expectSameRun(const KMeansResult& g, const KMeansResult& h) {
-  ASSERT_EQ(g.iterations, h.iterations);
-  EXPECT_EQ(g.stop, h.stop);
-  EXPECT_EQ(g.labels, h.labels);
-  EXPECT_EQ(g.centroids.values, h.centroids.values);
-  EXPECT_EQ(g.fallbacks, h.fallbacks);
-  EXPECT_EQ(g.emptyClusterEvents, h.emptyClusterEvents);
-  EXPECT_EQ(g.sse, h.sse);
-  ASSERT_EQ(g.trace.size(), h.trace.size());
-  for (std::size_t i = 0; i < g.trace.size(); ++i) {
-    SCOPED_TRACE("iteration " + std::to_string(i + 1));
-    EXPECT_EQ(g.trace[i].changed, h.trace[i].changed);
-    EXPECT_EQ(g.trace[i].fallbacks, h.trace[i].fallbacks);
-    EXPECT_EQ(g.trace[i].emptyClusters, h.trace[i].emptyClusters);
-    EXPECT_EQ(g.trace[i].centreShift, h.trace[i].centreShift);
-    EXPECT_EQ(g.trace[i].sse, h.trace[i].sse);
-  }
-}
 
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
   KMSEG_REQUIRE_GPU();

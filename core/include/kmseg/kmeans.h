@@ -48,9 +48,11 @@ struct KMeansParams {
   bool detectCycles = true;  ///< stop on a 2-cycle of labels (off reproduces the paper)
   bool traceSse = true;      ///< compute the SSE of every iteration in the trace
   int threads = 0;           ///< CPU threads; 0 = all hardware threads
-  /// CPU engine, uniform fp64/fp32 modes: skip distance evaluations that provably cannot change
-  /// a label (Hamerly's bounds widened by the rounding error bound of the expanded formula).
-  /// The labels are those of the brute-force loop; only the work differs.
+  /// Skip distance evaluations that provably cannot change a label. CPU engine, uniform fp64/fp32
+  /// modes: Hamerly's bounds widened by the rounding error bound of the expanded formula. CUDA
+  /// engine, D = 5, every mode: centres that are provably farther than another from every point
+  /// of a warp's 128 consecutive points, and in mixed modes provably accepted by the reliability
+  /// test. The labels (and fallback counts) are those of the full scan; only the work differs.
   bool useBounds = true;
 };
 
