@@ -877,12 +877,15 @@ __device__ inline void warpCandidates(const A& a, const LC* scl, const PC* scp,
   b.norm = 0.f;
 #pragma unroll
   for (int q = 0; q < DT; ++q) {
-    float lo = lowAsFloat<LowT>(w[0][q], false), hi = lowAsFloat<LowT>(w[0][q], true);
+    // The lane's extremes in W, then rounded: rounding is monotone, so fl_low(min w) = min x~
+    // (one conversion instead of P; conversions from double are slow).
+    WT lw = w[0][q], hw = w[0][q];
 #pragma unroll
     for (int p = 1; p < P; ++p) {
-      lo = fminf(lo, lowAsFloat<LowT>(w[p][q], false));
-      hi = fmaxf(hi, lowAsFloat<LowT>(w[p][q], true));
+      lw = min(lw, w[p][q]);
+      hw = max(hw, w[p][q]);
     }
+    const float lo = lowAsFloat<LowT>(lw, false), hi = lowAsFloat<LowT>(hw, true);
     b.lo[q] = fromOrderedKey(warpMin(orderedKey(lo)));
     b.hi[q] = fromOrderedKey(warpMax(orderedKey(hi)));
     b.norm =
@@ -949,29 +952,6 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
          (fallback ? k * sizeof(HighCentre<H, DT>) : 0);
 }
 
-/// The assignment pass for a compile-time D (the image case), same contract as assignKernel.
-/// Grid: a.blocks blocks of kAssignThreads; block b owns the points [b chunk, (b + 1) chunk) and
-/// walks them in rounds of kFastPoints x kAssignThreads, lane l of warp v taking the points
-/// round + (v kFastPoints + p) 32 + l (p < kFastPoints), so each centre loaded from shared memory
-/// serves kFastPoints points, and a warp's points are consecutive (its box in warpCandidates is
-/// small: photos are spatially coherent). Only the working-precision rows are read: the
-/// low-precision x~ is convert<LowT>(x_W) in registers, the same single rounding as convertKernel's
-/// copy. Every per-pair distance is the shared formula of distance.h, evaluated per element: scalar
-/// for fp64 / fp32 distances (scalarAssign), two centres per packed instruction for fp16 / bf16
-/// (packedAssign, see kPackedPass). The host takes this pass only when no distance can overflow
-/// (kFastMaxAbs); the generic assignKernel covers the rest.
-/// Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
-/// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre or
-/// PairCentre, HighCentre).
-/// Sums: per round and p, the warp's 32 points (consecutive pixels) either all have one label,
-/// and then warpSum8 sums them over the lanes and one lane per feature adds its total into
-/// slot 0; or each lane l adds its point into slot l mod S, the 32 / S lanes of a slot taking
-/// turns in lane order (phases).
-/// Determinism: a slot's sum adds in a fixed order (round, then the uniform groups by p, then
-/// phase, then p); warpSum8's order is fixed by the lanes; integer counts use shared atomics
-/// (exact). The fold adds, per element, the slots of each warp in slot order, then the warps in
-/// warp order, and writes partialSum[e blocks + b]. Everything depends only on N, K, D, the
-/// labels and the launch shape.
 /// Blocks of the fast pass that must fit on an SM, which caps its registers at 65536 / (256 n):
 /// in W = fp32 four for the uniform fp32 pass (64 registers), three for the packed uniform and
 /// the scalar mixed passes (85), two for the packed mixed pass (128); two for the uniform fp64
@@ -984,6 +964,63 @@ inline constexpr int kFastMinBlocks = std::is_same_v<WT, double>
                                                  ? (kPackedPass<LowT, true> ? 2 : 3)
                                                  : (std::is_same_v<LowT, float> ? 4 : 3));
 
+/// A thread's kFastPoints = 4 consecutive labels as one word (uint8 labels: 32 bits, uint16: 64),
+/// label p in bits [p b, (p + 1) b) for b = kLabelBits.
+template <class LabelT>
+using LabelWord = std::conditional_t<sizeof(LabelT) == 1, unsigned, unsigned long long>;
+template <class LabelT>
+inline constexpr int kLabelBits = 8 * int(sizeof(LabelT));
+template <class LabelT>
+__device__ inline int labelOf(LabelWord<LabelT> v, int p) {
+  return int((v >> (kLabelBits<LabelT> * p)) & ((LabelWord<LabelT>(1) << kLabelBits<LabelT>)-1));
+}
+
+/// Rows w[p][q] = src[p DT + q] for P consecutive rows at a 16-byte aligned address, with
+/// 16-byte loads.
+template <int P, int DT, class WT>
+__device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
+  constexpr int kPer = 16 / int(sizeof(WT));
+  static_assert(P * DT % kPer == 0, "whole 16-byte loads");
+  const uint4* v = reinterpret_cast<const uint4*>(src);
+#pragma unroll
+  for (int i = 0; i < P * DT / kPer; ++i) {
+    const uint4 u = v[i];
+    const unsigned c[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int f = i * kPer + e;
+      if constexpr (sizeof(WT) == 4)
+        w[f / DT][f % DT] = __uint_as_float(c[e]);
+      else
+        w[f / DT][f % DT] = __hiloint2double(int(c[2 * e + 1]), int(c[2 * e]));
+    }
+  }
+}
+
+/// The assignment pass for a compile-time D (the image case), same contract as assignKernel.
+/// Grid: a.blocks blocks of kAssignThreads; block b owns the points [b chunk, (b + 1) chunk) and
+/// walks them in rounds of kFastPoints x kAssignThreads, lane l of warp v taking the kFastPoints
+/// consecutive points from round + (32 v + l) kFastPoints, so each centre loaded from shared
+/// memory serves kFastPoints points, a thread's rows and labels move in 16-byte loads and single
+/// words, and a warp's points are consecutive (its box in warpCandidates is small: photos are
+/// spatially coherent). The chunk is a multiple of 32 points, so these accesses are aligned. Only
+/// the working-precision rows are read: the low-precision x~ is convert<LowT>(x_W) in registers,
+/// the same single rounding as convertKernel's copy. Every per-pair distance is the shared formula
+/// of distance.h, evaluated per element: scalar for fp64 / fp32 distances (scalarAssign), two
+/// centres per packed instruction for fp16 / bf16 (packedAssign, see kPackedPass). The host takes
+/// this pass only when no distance can overflow (kFastMaxAbs); the generic assignKernel covers the
+/// rest. Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
+/// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre or
+/// PairCentre, HighCentre).
+/// Sums: per round, a lane whose points share one label sums them pairwise (its lane sum). When
+/// all the warp's 128 points share one label, warpSum8 sums the lane sums over the lanes and one
+/// lane per feature adds its total into slot 0; otherwise each lane l adds its lane sum, or its
+/// points one by one, into slot l mod S, the 32 / S lanes of a slot taking turns in lane order
+/// (phases).
+/// Determinism: a slot's sum adds in a fixed order (round, then phase, then p); the lane sums'
+/// and warpSum8's orders are fixed; integer counts use shared atomics (exact). The fold adds, per
+/// element, the slots of each warp in slot order, then the warps in warp order, and writes
+/// partialSum[e blocks + b]. Everything depends only on N, K, D, the labels and the launch shape.
 template <class LowT, class HighT, class WT, class LabelT, int DT>
 __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
     assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
@@ -1000,6 +1037,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   // three resident blocks -> two), so it loads them after the assignment, all before any store.
   constexpr bool kEarlyLabels = kPacked || !kFallback;
   constexpr int P = kFastPoints;
+  static_assert(P == 4, "label words and lane sums take four points");
   extern __shared__ __align__(16) unsigned char smem[];
 
   if (!assign && a.state->empty == 0) return;
@@ -1075,26 +1113,45 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
   for (long long round = begin; round < end; round += kRound) {
     prefetchRound(round + kRound);
+    // Lane l of warp v takes the P consecutive points first, first + 1, ... (see above); when all
+    // are in the block's range ("whole"), rows and labels move with 16-byte and word accesses.
+    const long long first = round + (warp * 32 + lane) * P;
+    const bool whole = first + P <= end;
     WT w[P][DT];
-    int label[P], old[P], twoAgo[P];
+    int label[P];
     bool valid[P];
-    auto loadOld = [&](int p, long long r) {
-      old[p] = assign && iteration >= 2 ? int(a.labels[r]) : 0;
-      twoAgo[p] = assign && iteration >= 3 ? int(a.twoAgo[r]) : 0;
-    };
-    auto point = [&](int p) { return round + (warp * P + p) * 32 + lane; };
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const long long i = point(p);
-      valid[p] = i < end;
-      const long long r = valid[p] ? i : begin;
-      const WT* wr = a.xw + r * DT;
+    for (int p = 0; p < P; ++p) valid[p] = first + p < end;
+    if (whole) {
+      loadRows<P>(a.xw + first * DT, w);
+    } else {
 #pragma unroll
-      for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
-      // The labels this round replaces, loaded with the rows, so that no label store waits for
-      // its load after the assignment.
-      if constexpr (kEarlyLabels) loadOld(p, r);
+      for (int p = 0; p < P; ++p) {
+        const WT* wr = a.xw + (valid[p] ? first + p : begin) * DT;
+#pragma unroll
+        for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
+      }
     }
+    // The labels this round replaces (and those of two iterations earlier), one word each.
+    LabelWord<LabelT> oldWord = 0, twoAgoWord = 0;
+    auto loadOld = [&]() {
+      if (!assign || iteration < 2) return;
+      if (whole) {
+        oldWord = *reinterpret_cast<const LabelWord<LabelT>*>(a.labels + first);
+        if (iteration >= 3)
+          twoAgoWord = *reinterpret_cast<const LabelWord<LabelT>*>(a.twoAgo + first);
+      } else {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          if (!valid[p]) continue;
+          oldWord |= LabelWord<LabelT>(a.labels[first + p]) << (kLabelBits<LabelT> * p);
+          if (iteration >= 3)
+            twoAgoWord |= LabelWord<LabelT>(a.twoAgo[first + p]) << (kLabelBits<LabelT> * p);
+        }
+      }
+    };
+    // Loaded with the rows, so that no label store waits for its load after the assignment.
+    if constexpr (kEarlyLabels) loadOld();
     if (assign) {
       int best[P];
       if (a.prune) warpCandidates<kPacked>(a, scl, scp, w, cand, lane);
@@ -1102,69 +1159,87 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         packedAssign<P>(a, scp, sch, cand, w, valid, best, fallbacks);
       else
         scalarAssign<P>(a, scl, sch, cand, w, valid, best, fallbacks);
-      if constexpr (!kEarlyLabels) {
-        // All loads before any store (from L2: prefetched with the rows).
-#pragma unroll
-        for (int p = 0; p < P; ++p) loadOld(p, valid[p] ? point(p) : begin);
-      }
+      // All loads before any store (from L2: prefetched with the rows).
+      if constexpr (!kEarlyLabels) loadOld();
+      LabelWord<LabelT> newWord = 0;
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         label[p] = best[p];
+        newWord |= LabelWord<LabelT>(best[p]) << (kLabelBits<LabelT> * p);
         if (!valid[p]) continue;
-        const long long i = point(p);
         if (iteration == 1) {
           changed += 1;
         } else {
-          changed += old[p] != best[p];
-          if (iteration >= 3) cycleDiff += twoAgo[p] != best[p];
-          a.twoAgo[i] = LabelT(old[p]);
+          changed += labelOf<LabelT>(oldWord, p) != best[p];
+          if (iteration >= 3) cycleDiff += labelOf<LabelT>(twoAgoWord, p) != best[p];
         }
-        a.labels[i] = LabelT(best[p]);
       }
+      if (whole) {
+        *reinterpret_cast<LabelWord<LabelT>*>(a.labels + first) = newWord;
+        if (iteration >= 2) *reinterpret_cast<LabelWord<LabelT>*>(a.twoAgo + first) = oldWord;
+      } else {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          if (!valid[p]) continue;
+          a.labels[first + p] = LabelT(best[p]);
+          if (iteration >= 2) a.twoAgo[first + p] = LabelT(labelOf<LabelT>(oldWord, p));
+        }
+      }
+    } else if (whole) {
+      const LabelWord<LabelT> v = *reinterpret_cast<const LabelWord<LabelT>*>(a.labels + first);
+#pragma unroll
+      for (int p = 0; p < P; ++p) label[p] = labelOf<LabelT>(v, p);
     } else {
 #pragma unroll
-      for (int p = 0; p < P; ++p) label[p] = valid[p] ? int(a.labels[point(p)]) : 0;
+      for (int p = 0; p < P; ++p) label[p] = valid[p] ? int(a.labels[first + p]) : 0;
     }
-    // A group p (the warp's 32 consecutive points) whose points all have one label: summed over
-    // the lanes by warpSum8, five lanes add the totals to slot 0 (photos have long runs of one
-    // label).
-    bool uniform[P];
-    bool mixed = false;
+    // Sums. A lane whose P points share one label adds them first, pairwise ("lane sum"). When
+    // every lane's does and all share one label (photos have long runs of one label), warpSum8
+    // sums the lane sums and five lanes add the totals to slot 0. Otherwise the lanes of one slot
+    // take turns in lane order (lanes of one phase own distinct slots), each adding its lane sum
+    // or its points one by one.
+    bool laneOne = valid[P - 1];
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int l0 = __shfl_sync(0xffffffffu, label[p], 0);
-      uniform[p] = __all_sync(0xffffffffu, valid[p] && label[p] == l0);
-      mixed |= !uniform[p];
-    }
+    for (int p = 1; p < P; ++p) laneOne = laneOne && label[p] == label[0];
+    const int l0 = __shfl_sync(0xffffffffu, label[0], 0);
+    const bool warpOne = __all_sync(0xffffffffu, laneOne && label[0] == l0);
+    WT sum[DT];
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      if (!uniform[p]) continue;
+    for (int q = 0; q < DT; ++q) sum[q] = (w[0][q] + w[1][q]) + (w[2][q] + w[3][q]);
+    if (warpOne) {
       int q;
-      const WT v = warpSum8<DT>(w[p], lane, q);
+      const WT v = warpSum8<DT>(sum, lane, q);
       if ((lane & 3) == 0 && q < DT) {
-        WT* s = warpAcc + (std::size_t(label[p]) * DT + q) * slots;
-        *s = *s + v;
+        WT* t = warpAcc + (std::size_t(l0) * DT + q) * slots;
+        *t = *t + v;
       }
-      if (lane == 0) atomicAdd(&count[label[p]], 32u);
-    }
-    // The other groups' points one by one: the lanes of one slot take turns, in lane order;
-    // lanes of one phase own distinct slots.
-    if (mixed) {
+      if (lane == 0) atomicAdd(&count[l0], 32u * P);
+    } else {
       for (int ph = 0; ph < phases; ++ph) {
         __syncwarp();
         if (ph == myPhase) {
+          if (laneOne) {
+            WT* t = myAcc + std::size_t(label[0]) * DT * slots;
 #pragma unroll
-          for (int p = 0; p < P; ++p) {
-            if (!valid[p] || uniform[p]) continue;
-            WT* s = myAcc + std::size_t(label[p]) * DT * slots;
+            for (int q = 0; q < DT; ++q) t[q * slots] = t[q * slots] + sum[q];
+          } else {
 #pragma unroll
-            for (int q = 0; q < DT; ++q) s[q * slots] = s[q * slots] + w[p][q];
+            for (int p = 0; p < P; ++p) {
+              if (!valid[p]) continue;
+              WT* t = myAcc + std::size_t(label[p]) * DT * slots;
+#pragma unroll
+              for (int q = 0; q < DT; ++q) t[q * slots] = t[q * slots] + w[p][q];
+            }
           }
         }
       }
+      if (laneOne) {
+        atomicAdd(&count[label[0]], unsigned(P));
+      } else {
 #pragma unroll
-      for (int p = 0; p < P; ++p)
-        if (valid[p] && !uniform[p]) atomicAdd(&count[label[p]], 1u);
+        for (int p = 0; p < P; ++p)
+          if (valid[p]) atomicAdd(&count[label[p]], 1u);
+      }
     }
     __syncwarp();
   }
