@@ -816,12 +816,7 @@ __device__ inline unsigned warpMin(unsigned v) {
 #endif
 }
 __device__ inline unsigned warpMax(unsigned v) {
-#if __CUDA_ARCH__ >= 800
-  return __reduce_max_sync(0xffffffffu, v);
-#else
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-#endif
+  return ~warpMin(~v);
 }
 
 /// x~ = fl_low(w) as a float, rounded down (up = false) or up; exact unless LowT is double.
