@@ -1027,9 +1027,10 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   using PC = PairCentre<LowT, DT>;
   constexpr bool kFallback = A::kFallback;
   constexpr bool kPacked = kPackedPass<LowT, kFallback>;
-  // Old labels loaded with the rows hold 2 P registers through the assignment; the scalar
-  // mixed pass (bf16 and fp32>fp64 fallbacks) has none to spare (bf16>fp32: 68 -> 90 registers,
-  // three resident blocks -> two), so it loads them after the assignment, all before any store.
+  // Old labels loaded with the rows are held through the assignment (two label words now; one
+  // register per label when this was measured: bf16>fp32 went from 68 to 90 registers, three
+  // resident blocks to two). The scalar mixed pass (bf16 and fp32>fp64 fallbacks) has none to
+  // spare, so it loads them after the assignment, all before any store.
   constexpr bool kEarlyLabels = kPacked || !kFallback;
   constexpr int P = kFastPoints;
   static_assert(P == 4, "label words and lane sums take four points");

@@ -354,8 +354,9 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
   const Matrix d7 = blobs(1500, 7, 6, 0.05, 4);
   cases.push_back(
       {"generic pass", d7, gatherRows(d7, chooseInitialCentres(d7, 6, Init::RandomPoints, 2)), 6});
-  // Runs of 96 rows from one blob, as in a photo: whole warps of one label (warpSum8).
-  const Matrix runs = blobs(2500, 5, 4, 0.02, 5, 96);
+  // Runs of 512 rows from one blob, as in a photo: whole warp rounds (128 consecutive rows) of
+  // one label (warpSum8), and N = 2503 is not a multiple of four (a thread's partial group).
+  const Matrix runs = blobs(2503, 5, 4, 0.02, 5, 512);
   cases.push_back({"runs of one label", runs,
                    gatherRows(runs, chooseInitialCentres(runs, 4, Init::RandomPoints, 3)), 4});
   const Matrix r5 = randomData(1200, 5, 23);
