@@ -88,6 +88,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
       fixed.k = k;
       fixed.mode = mode;
       fixed.traceSse = false;
+      fixed.imageWidth = photo.width;
       fixed.maxIterations = 20;
       fixed.tolerance = 0;
       fixed.detectCycles = false;

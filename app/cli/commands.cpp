@@ -93,8 +93,8 @@ void runCommand(const std::string& command, const Options& o) {
       std::fflush(stderr);
     };
   }
-  const WorkflowResult w =
-      runWorkflow(*choice.engine, features, o.modes, o.workflow, progress, nullptr);
+  const WorkflowResult w = runWorkflow(*choice.engine, features, o.modes,
+                                       workflowFor(o.workflow, image), progress, nullptr);
   if (live) std::fprintf(stderr, "\r%100s\r", "");
 
   std::printf("%s: %d x %d pixels, K = %d, backend %s\n", o.image.filename().string().c_str(),

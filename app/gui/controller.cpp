@@ -138,7 +138,8 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
       promise.addResult(std::move(ev));
     };
     outcome->workflow =
-        runWorkflow(*choice.engine, features, modes, params.workflow, progress, cancel.get());
+        runWorkflow(*choice.engine, features, modes, workflowFor(params.workflow, image->image),
+                    progress, cancel.get());
     outcome->palette = makePalette(std::min(params.workflow.kmeans.k, 65536), params.palette);
     RunEvent done;
     done.kind = RunEvent::Kind::Done;

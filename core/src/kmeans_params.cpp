@@ -72,6 +72,10 @@ void validate(const KMeansParams& p, std::size_t n) {
   if (p.threads < 0)
     throw InvalidArgument("threads = " + std::to_string(p.threads) +
                           " is invalid: use 0 (all) or more");
+  if (p.imageWidth < 0 || (p.imageWidth > 0 && n % std::size_t(p.imageWidth) != 0))
+    throw InvalidArgument("image width = " + std::to_string(p.imageWidth) +
+                          " is invalid: it must be 0 (no image) or divide the number of samples (" +
+                          std::to_string(n) + ")");
 }
 
 void checkFinite(const Matrix& m, const char* what) {

@@ -6,6 +6,12 @@
 
 namespace kmseg {
 
+WorkflowParams workflowFor(const WorkflowParams& params, const Image& image) {
+  WorkflowParams p = params;
+  p.kmeans.imageWidth = image.width;
+  return p;
+}
+
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress, const std::atomic<bool>* cancel) {

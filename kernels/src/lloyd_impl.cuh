@@ -73,6 +73,33 @@ inline constexpr std::size_t kSharedLimit = 47 * 1024;
 // most points one accumulator slot adds in a running sum before the block's fixed-order fold.
 inline constexpr int kFastD = 5;
 inline constexpr int kFastPoints = 4;
+// A warp's tile of the fast pass: kTileRows image rows of kTileGroups groups of kFastPoints
+// consecutive points (lane l: row l / kTileGroups, group l mod kTileGroups).
+inline constexpr int kTileGroups = 4;
+inline constexpr int kTileRows = 32 / kTileGroups;
+// Tile width when the rows are not an image: tiles of kTileRows x 16 rows are then runs of 128
+// consecutive rows.
+inline constexpr long long kPlainTileW = kTileGroups * kFastPoints;
+
+/// Unsigned 32-bit division by a divisor d >= 1 fixed for a launch, as a multiply-high and two
+/// shifts (Granlund and Montgomery's round-up method, as in libdivide's branch-free u32 path):
+/// with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1, n / d = (t + ((n - t) >> 1)) >>
+/// (l - 1) for t = umulhi(n, m), every 32-bit n (d = 1: m = 1, shifts 0).
+struct FastDivisor {
+  unsigned magic = 1;
+  int shift1 = 0, shift2 = 0;
+  explicit FastDivisor(unsigned d) {
+    int l = 0;
+    while ((1ull << l) < d) ++l;
+    magic = unsigned((std::uint64_t(1) << 32) * ((std::uint64_t(1) << l) - d) / d + 1);
+    shift1 = l > 0 ? 1 : 0;
+    shift2 = l > 0 ? l - 1 : 0;
+  }
+};
+__device__ inline unsigned fastDivide(unsigned n, unsigned magic, int shift1, int shift2) {
+  const unsigned t = __umulhi(n, magic);
+  return (t + ((n - t) >> shift1)) >> shift2;
+}
 inline constexpr std::size_t kFastSharedTarget = 54 * 1024;
 // With W = fp64 the slots are twice as large: four blocks would leave too few slots, and the
 // measured pass (H200, 12 MP, K = 32) was 22 % slower with four blocks of 4 slots than with two
@@ -138,7 +165,14 @@ struct Args {
   TraceEntry* traceHost;  // maxIterations entries (mapped host memory)
   Mapped* mapped;         // mapped host memory
   long long n;
-  long long chunk;  // points per block of the assignment pass
+  long long chunk;  // points per block of the assignment pass (assignFastKernel: see tiles)
+  // assignFastKernel's tiles (see there): the rows as an image tileW points wide and tileRows
+  // high, cut into tiles of kTileRows rows x kTileGroups groups of kFastPoints points; tileCols
+  // tiles per band of kTileRows rows, `tiles` in all (< 2^31), tileChunk (a multiple of kWarps)
+  // per block.
+  int tileW, tileRows, tileCols, tiles, tileChunk;
+  unsigned tileColsMagic;  // tile / tileCols as umulhi(tile, magic) with two shifts (FastDivisor)
+  int tileColsShift1, tileColsShift2;
   int d, k, blocks, maxIterations;
   int sharedAcc;      // 1: per-warp accumulators in shared memory; 0: scratch, warps in turn
   int sharedCentres;  // 1: centres staged in shared memory
@@ -189,15 +223,9 @@ __device__ inline void addBlockCounts(unsigned changed, unsigned fallbacks, unsi
   }
 }
 
-// Asks L2 to fetch [p, p + bytes): the block's threads take one 128-byte line each in turn.
-// Lines are counted from p rounded down to 128 bytes, so the last partial line is included; the
-// rounded address stays inside the allocation (device allocations are 256-byte aligned).
-__device__ inline void prefetchL2(const void* p, std::size_t bytes) {
-  const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t base = first & ~std::uintptr_t(127);
-  const std::size_t span = bytes + (first - base);
-  for (std::size_t off = std::size_t(threadIdx.x) * 128; off < span; off += blockDim.x * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+// Asks L2 to fetch the 128-byte line that holds p.
+__device__ inline void prefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // Sums of up to 8 values over the 32 lanes of a warp (v[q] of every lane, for q < DT), with 9
@@ -726,14 +754,15 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
     // kept; which of the two won is settled once at the end by recomputing d_j0 (same operations,
     // same bits): it won if it equals the best. That is the sequential scan's result: a strict <
     // across pairs keeps the earlier pair on a tie, and d_j0 == m means d_j0 <= d_j1, where the
-    // scan keeps j0. A word's odd last candidate is scanned alone (its own pair j0 = j1).
+    // scan keeps j0. A word's odd last candidate is scanned alone (its own pair j0 = j1). The
+    // pair's indices travel as one word, j0 | j1 << 16 (K <= 1024).
     auto distance = [&](int p, const LC& c) {
       const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
       return convert<DistT>(M::fma(M::from(-2.0), dot, M::add(xx[p], c.cc)));
     };
-    int other[P];
+    unsigned pairOf[P];
 #pragma unroll
-    for (int p = 0; p < P; ++p) other[p] = 0;
+    for (int p = 0; p < P; ++p) pairOf[p] = 0;
     for (int wd = 0; wd < words; ++wd) {
       unsigned left = cand[wd];
       while (left) {
@@ -741,26 +770,30 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
         left &= left - 1;
         if (left == 0) {
           const LC c = scl[j0];
+          const unsigned pair = unsigned(j0) * 0x10001u;
 #pragma unroll
           for (int p = 0; p < P; ++p) {
             const DistT dj = distance(p, c);
-            if (dj < bestD[p]) bestD[p] = dj, best[p] = j0, other[p] = j0;
+            if (dj < bestD[p]) bestD[p] = dj, pairOf[p] = pair;
           }
           break;
         }
         const int j1 = (wd << 5) + __ffs(left) - 1;
         left &= left - 1;
         const LC c0 = scl[j0], c1 = scl[j1];
+        const unsigned pair = unsigned(j0) | unsigned(j1) << 16;
 #pragma unroll
         for (int p = 0; p < P; ++p) {
           const DistT m = min(distance(p, c0), distance(p, c1));
-          if (m < bestD[p]) bestD[p] = m, best[p] = j0, other[p] = j1;
+          if (m < bestD[p]) bestD[p] = m, pairOf[p] = pair;
         }
       }
     }
 #pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (distance(p, scl[best[p]]) != bestD[p]) best[p] = other[p];
+    for (int p = 0; p < P; ++p) {
+      const int j0 = int(pairOf[p] & 0xffffu);
+      best[p] = distance(p, scl[j0]) == bestD[p] ? j0 : int(pairOf[p] >> 16);
+    }
   } else {
     for (int wd = 0; wd < words; ++wd) {
       unsigned left = cand[wd];
@@ -993,12 +1026,17 @@ __device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
 }
 
 /// The assignment pass for a compile-time D (the image case), same contract as assignKernel.
-/// Grid: a.blocks blocks of kAssignThreads; block b owns the points [b chunk, (b + 1) chunk) and
-/// walks them in rounds of kFastPoints x kAssignThreads, lane l of warp v taking the kFastPoints
-/// consecutive points from round + (32 v + l) kFastPoints, so each centre loaded from shared
-/// memory serves kFastPoints points, a thread's rows and labels move in 16-byte loads and single
-/// words, and a warp's points are consecutive (its box in warpCandidates is small: photos are
-/// spatially coherent). The chunk is a multiple of 32 points, so these accesses are aligned. Only
+/// Tiles: the rows are taken as an image a.tileW points wide in row-major order (the photo's
+/// width, KMeansParams::imageWidth; else kPlainTileW, which makes a tile a run of 128 consecutive
+/// rows). A group is kFastPoints consecutive points starting at a multiple of kFastPoints; it
+/// belongs to the image row of its first point. A tile is kTileRows rows by kTileGroups
+/// consecutive groups of each row (tile column c of a row: its groups 4c ... 4c + 3), so every
+/// group is in exactly one tile; lane l of the tile's warp takes group l mod 4 of row l / 4. A
+/// tile is compact (16 x 8 pixels of a photo against a 128-pixel run: fewer distinct labels,
+/// a smaller box in warpCandidates), and each centre loaded from shared memory serves
+/// kFastPoints points, a thread's rows and labels move in 16-byte loads and single words.
+/// Grid: a.blocks blocks of kAssignThreads; block b owns the tiles [b tileChunk, (b + 1)
+/// tileChunk), warp v taking tiles b tileChunk + v, + v + kWarps, ... (one per round). Only
 /// the working-precision rows are read: the low-precision x~ is convert<LowT>(x_W) in registers,
 /// the same single rounding as convertKernel's copy. Every per-pair distance is the shared formula
 /// of distance.h, evaluated per element: scalar for fp64 / fp32 distances (scalarAssign), two
@@ -1015,7 +1053,8 @@ __device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
 /// Determinism: a slot's sum adds in a fixed order (round, then phase, then p); the lane sums'
 /// and warpSum8's orders are fixed; integer counts use shared atomics (exact). The fold adds, per
 /// element, the slots of each warp in slot order, then the warps in warp order, and writes
-/// partialSum[e blocks + b]. Everything depends only on N, K, D, the labels and the launch shape.
+/// partialSum[e blocks + b]. Everything depends only on N, K, D, the tile width, the labels and
+/// the launch shape.
 template <class LowT, class HighT, class WT, class LabelT, int DT>
 __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
     assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
@@ -1058,21 +1097,40 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   PC* scp = reinterpret_cast<PC*>(p8);
   HC* sch = reinterpret_cast<HC*>(p8 + lowCentres * (kPacked ? sizeof(PC) : sizeof(LC)));
 
-  const long long begin = blockIdx.x * a.chunk;
-  const long long end = min(a.n, begin + a.chunk);
-  constexpr long long kRound = (long long)P * kAssignThreads;
-  // A round's rows and labels are fetched into L2 while the round before it computes (the first
-  // round's while the block sets up), so that a round's loads wait for L2, not device memory.
-  auto prefetchRound = [&](long long r) {
-    if (r >= end) return;
-    const long long m = min(end, r + kRound) - r;
-    prefetchL2(a.xw + r * DT, std::size_t(m) * DT * sizeof(WT));
+  // The warp's tiles: tile = tBegin + warp + kWarps r in round r, in band tile / tileCols (rows
+  // kTileRows band ...) and column tile mod tileCols.
+  const int tBegin = int(blockIdx.x) * a.tileChunk;
+  const int tEnd = min(a.tiles, tBegin + a.tileChunk);
+  // The lane's group in the tile at (b, c) (points P group ... P group + P - 1, group < 2^32);
+  // false when the tile has no such group (a short row, or rows beyond the image).
+  auto groupOf = [&](int b, int c, unsigned& group) {
+    const int y = b * kTileRows + (lane / kTileGroups);
+    if (y >= a.tileRows) return false;
+    const long long g0 = ((long long)y * a.tileW + (P - 1)) / P;  // the row's first group
+    const long long g1 = ((long long)(y + 1) * a.tileW + (P - 1)) / P;
+    const long long g = g0 + c * kTileGroups + (lane % kTileGroups);
+    group = unsigned(g);
+    return g < g1 && g * P < a.n;
+  };
+  // A tile's rows and labels are fetched into L2 while the warp's round before it computes (the
+  // first tile's while the block sets up), so that a round's loads wait for L2, not device
+  // memory. Each lane fetches the lines of its own group.
+  auto prefetchTile = [&](int b, int c) {
+    unsigned group;
+    if (!groupOf(b, c, group)) return;
+    const long long first = (long long)group * P;
+    const char* r = reinterpret_cast<const char*>(a.xw + first * DT);
+    prefetchL2(r);
+    prefetchL2(r + P * DT * sizeof(WT) - 1);
     if (assign && iteration >= 2) {
-      prefetchL2(a.labels + r, std::size_t(m) * sizeof(LabelT));
-      prefetchL2(a.twoAgo + r, std::size_t(m) * sizeof(LabelT));
+      prefetchL2(a.labels + first);
+      if (iteration >= 3) prefetchL2(a.twoAgo + first);
     }
   };
-  prefetchRound(begin);
+  if (tBegin + warp < tEnd) {
+    const int b = (tBegin + warp) / a.tileCols;
+    prefetchTile(b, tBegin + warp - b * a.tileCols);
+  }
   for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
   for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
   __shared__ unsigned totals[3];
@@ -1107,23 +1165,38 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   WT* myAcc = warpAcc + (lane & (slots - 1));
   const int myPhase = lane >> slotShift;
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
-  for (long long round = begin; round < end; round += kRound) {
-    prefetchRound(round + kRound);
-    // Lane l of warp v takes the P consecutive points first, first + 1, ... (see above); when all
-    // are in the block's range ("whole"), rows and labels move with 16-byte and word accesses.
-    const long long first = round + (warp * 32 + lane) * P;
-    const bool whole = first + P <= end;
+  for (int tile = tBegin + warp; tile < tEnd; tile += kWarps) {
+    // The tile's band and column (and the next round's, for the prefetch).
+    auto bandOf = [&](int t) {
+      return int(fastDivide(unsigned(t), a.tileColsMagic, a.tileColsShift1, a.tileColsShift2));
+    };
+    if (tile + kWarps < tEnd) {
+      const int b = bandOf(tile + kWarps);
+      prefetchTile(b, tile + kWarps - b * a.tileCols);
+    }
+    // The lane's group: P consecutive points from `first` (see above). A lane without one takes
+    // the rows of the first lane that has one, for the box only; when all P points exist
+    // ("whole"), rows and labels move with 16-byte and word accesses.
+    unsigned group = 0;
+    const int band = bandOf(tile);
+    const bool inTile = groupOf(band, tile - band * a.tileCols, group);
+    const long long first = (long long)group * P;
+    const unsigned lanesIn = __ballot_sync(0xffffffffu, inTile);
+    if (lanesIn == 0) continue;  // rows beyond the image (narrow images only)
+    const long long stand = (long long)__shfl_sync(0xffffffffu, group, __ffs(lanesIn) - 1) * P;
+    const int have = inTile ? int(min(a.n - first, (long long)P)) : 0;
+    const bool whole = have == P;
     WT w[P][DT];
     int label[P];
     bool valid[P];
 #pragma unroll
-    for (int p = 0; p < P; ++p) valid[p] = first + p < end;
+    for (int p = 0; p < P; ++p) valid[p] = p < have;
     if (whole) {
       loadRows<P>(a.xw + first * DT, w);
     } else {
 #pragma unroll
       for (int p = 0; p < P; ++p) {
-        const WT* wr = a.xw + (valid[p] ? first + p : begin) * DT;
+        const WT* wr = a.xw + (valid[p] ? first + p : stand) * DT;
 #pragma unroll
         for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
       }
@@ -1569,7 +1642,7 @@ class Run final : public LloydRun {
       chunk_ = (n_ + blocks - 1) / blocks;
       chunk_ = (chunk_ + 31) / 32 * 32;
     }
-    blocks_ = int((n_ + chunk_ - 1) / chunk_);
+    if (!fast_) blocks_ = int((n_ + chunk_ - 1) / chunk_);
 
     const bool needX64 = p.traceSse && !std::is_same_v<WT, double>;
     const bool needLow = !kSharedLow && !fast_;
@@ -1675,6 +1748,17 @@ class Run final : public LloydRun {
     args_.mapped = mapped_.device();
     args_.n = (long long)n_;
     args_.chunk = (long long)chunk_;
+    args_.tileW = tileW_;
+    args_.tileRows = tileRows_;
+    args_.tiles = tiles_;
+    args_.tileChunk = tileChunk_;
+    args_.tileCols = tileCols_;
+    {
+      const FastDivisor div(unsigned(std::max(1, tileCols_)));
+      args_.tileColsMagic = div.magic;
+      args_.tileColsShift1 = div.shift1;
+      args_.tileColsShift2 = div.shift2;
+    }
     args_.d = d_;
     args_.k = k_;
     args_.blocks = blocks_;
@@ -1883,6 +1967,16 @@ class Run final : public LloydRun {
   // adds more than about kFastSlotRun points in a row, in a whole number of waves of resident
   // blocks.
   void chooseFastShape(int sms) {
+    // In tiles: the image's width, else runs of consecutive rows (see assignFastKernel), counted
+    // in 32 bits (else the generic pass).
+    const long long n = (long long)n_;
+    const long long width =
+        in_.params.imageWidth >= kPlainTileW ? in_.params.imageWidth : kPlainTileW;
+    const long long rows = (n + width - 1) / width;
+    const long long cols = (width + kTileGroups * kFastPoints - 1) / (kTileGroups * kFastPoints);
+    const long long tiles = (rows + kTileRows - 1) / kTileRows * cols;
+    if (width >= (1ll << 31) || tiles + kWarps >= (1ll << 31) || n / kFastPoints >= (1ll << 32))
+      return;
     int optin = 0;
     KMSEG_CUDA_CHECK(
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
@@ -1908,19 +2002,25 @@ class Run final : public LloydRun {
     KMSEG_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kAssignThreads, shared_));
     const long long resident = std::max(1, perSm) * (long long)sms;
-    const long long n = (long long)n_;
     const long long runChunk = kFastSlotRun * kWarps * (1ll << shift);
     long long blocks = (n + runChunk - 1) / runChunk;
     blocks = (blocks + resident - 1) / resident * resident;
     if (const char* b = std::getenv("KMSEG_CUDA_BLOCKS"); b && std::atoll(b) > 0)
       blocks = std::atoll(b);  // tuning only
-    // At least one full round (kFastPoints points per thread) per block: below that, a block's
-    // fixed costs (zeroing and folding its accumulators) outweigh its share of the work (H200,
-    // 0.26 MP, K = 32: 34.6 us per iteration with 512 blocks of half a round, 28.9 with 264).
-    const long long round = (long long)kFastPoints * kAssignThreads;
-    blocks = std::min(blocks, std::max(1ll, (n + round - 1) / round));
-    chunk_ = std::size_t((n + blocks - 1) / blocks);
-    chunk_ = (chunk_ + 31) / 32 * 32;
+    // At least one full round (a tile per warp) per block: below that, a block's fixed costs
+    // (zeroing and folding its accumulators) outweigh its share of the work (H200, 0.26 MP,
+    // K = 32: 34.6 us per iteration with 512 blocks of half a round, 28.9 with 264). A block's
+    // tiles are a whole number of rounds.
+    blocks = std::min(blocks, std::max(1ll, (tiles + kWarps - 1) / kWarps));
+    tileW_ = int(width);
+    tileRows_ = int(rows);
+    tileCols_ = int(cols);
+    tiles_ = int(tiles);
+    tileChunk_ = int((tiles + blocks - 1) / blocks);
+    tileChunk_ = (tileChunk_ + kWarps - 1) / kWarps * kWarps;
+    blocks_ = (tiles_ + tileChunk_ - 1) / tileChunk_;
+    // The SSE pass splits the points evenly over the same blocks.
+    chunk_ = std::size_t((n + blocks_ - 1) / blocks_);
   }
 
   // Graph: reset -> WHILE { assign, reduce, reseed, IF { sums, reduce }, update, [sse, publish] }
@@ -1999,6 +2099,7 @@ class Run final : public LloydRun {
   int fastSlotShift_ = 0;
   std::size_t shared_ = 0, chunk_ = 0;
   int blocks_ = 0;
+  int tileW_ = 0, tileRows_ = 0, tileCols_ = 0, tiles_ = 0, tileChunk_ = 0;  // the fast tiles
   std::size_t allocated_ = 0;
   Stream stream_;
   Event start_, stop_;

@@ -12,6 +12,7 @@
 #include "kmseg/error.h"
 #include "kmseg/init.h"
 #include "kmseg/kmeans.h"
+#include "kmseg/workflow.h"
 
 #include "test_data.h"
 
@@ -301,12 +302,33 @@ TEST(Lloyd, BadInput) {
   q = p;
   q.tolerance = -1;
   expectThrow(q, data, init, "tolerance");
+  q = p;
+  q.imageWidth = 3;
+  expectThrow(q, data, init,
+              "image width = 3 is invalid: it must be 0 (no image) or divide the "
+              "number of samples (10)");
+  q.imageWidth = -5;
+  expectThrow(q, data, init, "image width = -5");
+  q.imageWidth = 5;  // 5 x 2 pixels: accepted, and the CPU engine's result does not depend on it
+  EXPECT_EQ(engine->run(data, init, q).labels, engine->run(data, init, p).labels);
   expectThrow(p, data, gatherRows(data, {0, 1, 2}), "expected K x D = 2 x 2");
   Matrix bad = data;
   bad(3, 1) = std::nan("");
   expectThrow(p, bad, init, "row 3, column 1");
   bad(3, 1) = INFINITY;
   expectThrow(p, bad, init, "non-finite");
+}
+
+TEST(Workflow, ParamsForAnImageCarryItsWidth) {
+  Image image;
+  image.width = 7;
+  image.height = 3;
+  WorkflowParams p;
+  p.kmeans.k = 4;
+  const WorkflowParams q = workflowFor(p, image);
+  EXPECT_EQ(q.kmeans.imageWidth, 7);
+  EXPECT_EQ(q.kmeans.k, 4);
+  EXPECT_EQ(p.kmeans.imageWidth, 0);
 }
 
 TEST(Init, RandomPointsAreDistinctRowsAndReproducible) {

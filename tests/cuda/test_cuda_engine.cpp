@@ -96,8 +96,14 @@ Matrix blobs(std::size_t n, std::size_t d, int centres, double sigma, std::uint3
   return test::blobs(n, d, centres, sigma, seed, 0.1, 0.9, run);
 }
 
-Matrix photo(const char* name) {
-  return makeFeatures(loadImage(test::sourcePath(name)));
+// A sample photo's features and its width (KMeansParams::imageWidth).
+struct Photo {
+  Matrix features;
+  std::int64_t width;
+};
+Photo photo(const char* name) {
+  const Image image = loadImage(test::sourcePath(name));
+  return {makeFeatures(image), image.width};
 }
 
 // Mismatched labels that are not near-ties. For each sample labelled differently by `a` (the
@@ -155,12 +161,13 @@ KMeansParams paramsFor(Mode mode, int k, int maxIterations = 300) {
   return p;
 }
 
-// A named data set with its initial centres.
+// A named data set with its initial centres (and its image width, 0 for none).
 struct DataCase {
   const char* what;
   Matrix data;
   Matrix init;
   int k;
+  std::int64_t width = 0;
 };
 
 // Two runs that must agree bit for bit: result, trace and stop.
@@ -191,11 +198,13 @@ std::string modeLabel(const ::testing::TestParamInfo<Mode>& info) {
   return s;
 }
 
-// Compares both engines after 1, 2 and 3 iterations (labels, fallbacks) and at convergence
-// (Diff %, iterations, stop reason).
-void compareEngines(const Matrix& data, int k, Mode mode, std::uint64_t seed, const char* what) {
+// Compares both engines after 1, 2 and 3 iterations (labels, fallbacks) and, unless
+// `toConvergence` is false, at convergence (Diff %, iterations, stop reason).
+void compareEngines(const Matrix& data, int k, Mode mode, std::uint64_t seed, const char* what,
+                    std::int64_t width = 0, bool toConvergence = true) {
   SCOPED_TRACE(std::string(what) + ", mode " + std::string(modeName(mode)) +
-               ", K = " + std::to_string(k) + ", seed " + std::to_string(seed));
+               ", K = " + std::to_string(k) + ", seed " + std::to_string(seed) + ", image width " +
+               std::to_string(width));
   const Tolerance tol = toleranceFor(mode);
   const Matrix init = gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, seed));
   auto cpu = makeCpuEngine(0);
@@ -203,7 +212,8 @@ void compareEngines(const Matrix& data, int k, Mode mode, std::uint64_t seed, co
   Matrix previousCentres = init;
   double centreGap = 0;  // the engines' centres before iteration t differ by at most this
   for (int t : {1, 2, 3}) {
-    const KMeansParams p = paramsFor(mode, k, t);
+    KMeansParams p = paramsFor(mode, k, t);
+    p.imageWidth = width;
     const KMeansResult a = cpu->run(data, init, p);
     const KMeansResult b = gpu->run(data, init, p);
     ASSERT_EQ(a.iterations, b.iterations) << "after " << t << " iterations";
@@ -228,7 +238,9 @@ void compareEngines(const Matrix& data, int k, Mode mode, std::uint64_t seed, co
         << "fallbacks in iteration " << t << ": CPU " << fa << ", CUDA " << fb;
     if (t == 1) EXPECT_EQ(fa, fb);
   }
-  const KMeansParams p = paramsFor(mode, k);
+  if (!toConvergence) return;
+  KMeansParams p = paramsFor(mode, k);
+  p.imageWidth = width;
   const KMeansResult a = cpu->run(data, init, p);
   const KMeansResult b = gpu->run(data, init, p);
   const Comparison c = compareLabelings(a.labels, b.labels, k, a.sse, b.sse);
@@ -268,12 +280,33 @@ TEST_P(CudaEveryMode, MatchesCpuOnSyntheticBlobs) {
 
 TEST_P(CudaEveryMode, MatchesCpuOnCoffee) {
   KMSEG_REQUIRE_GPU();
-  compareEngines(photo("samples/coffee.png"), 16, GetParam(), 1, "coffee.png");
+  const Photo coffee = photo("samples/coffee.png");
+  compareEngines(coffee.features, 16, GetParam(), 1, "coffee.png", coffee.width);
 }
 
 TEST_P(CudaEveryMode, MatchesCpuOnGraceHopper) {
   KMSEG_REQUIRE_GPU();
-  compareEngines(photo("samples/grace_hopper.jpg"), 32, GetParam(), 2, "grace_hopper.jpg");
+  const Photo grace = photo("samples/grace_hopper.jpg");
+  compareEngines(grace.features, 32, GetParam(), 2, "grace_hopper.jpg", grace.width);
+}
+
+// The fast pass's tiles (KMeansParams::imageWidth) on image shapes that leave partial tiles:
+// widths that are not multiples of four (groups of four points that cross image rows) or of 16
+// (short last tile columns), heights that are not multiples of eight (a short last band), N not
+// a multiple of four (a partial last group), one row, and widths below 16 (runs of rows). A point
+// that no tile covered, or covered twice, would change the first iteration's labels or centres,
+// so the first three iterations are compared; the runs to convergence are the photos' tests (on
+// 12 000 synthetic points one near-tie flip already exceeds their 0.01 % Diff).
+TEST_P(CudaEveryMode, MatchesCpuInTilesOfEveryShape) {
+  KMSEG_REQUIRE_GPU();
+  struct Shape {
+    std::int64_t width, height;
+  };
+  for (const Shape sh : {Shape{87, 230}, Shape{64, 37}, Shape{4097, 3}, Shape{2001, 1},
+                         Shape{7, 301}, Shape{1, 1999}, Shape{18, 115}}) {
+    const std::size_t n = std::size_t(sh.width * sh.height);
+    compareEngines(blobs(n, 5, 10, 0.06, 13, 40), 12, GetParam(), 5, "tiles", sh.width, false);
+  }
 }
 
 TEST_P(CudaEveryMode, MatchesCpuOnGenericD) {
@@ -283,12 +316,15 @@ TEST_P(CudaEveryMode, MatchesCpuOnGenericD) {
 
 TEST_P(CudaEveryMode, Deterministic) {
   KMSEG_REQUIRE_GPU();
-  const Matrix data = photo("samples/coffee.png");
+  const Photo coffee = photo("samples/coffee.png");
+  const Matrix& data = coffee.features;
   const Matrix init = gatherRows(data, chooseInitialCentres(data, 32, Init::RandomPoints, 5));
   auto gpu = makeCudaEngine();
-  const KMeansResult first = gpu->run(data, init, paramsFor(GetParam(), 32, 40));
+  KMeansParams p = paramsFor(GetParam(), 32, 40);
+  p.imageWidth = coffee.width;
+  const KMeansResult first = gpu->run(data, init, p);
   for (int rep = 1; rep < 10; ++rep) {
-    const KMeansResult r = gpu->run(data, init, paramsFor(GetParam(), 32, 40));
+    const KMeansResult r = gpu->run(data, init, p);
     ASSERT_EQ(r.labels, first.labels) << "run " << rep;
     ASSERT_EQ(r.centroids.values, first.centroids.values) << "run " << rep;
     ASSERT_EQ(r.iterations, first.iterations);
@@ -309,17 +345,21 @@ TEST_P(CudaEveryMode, EdgeSizes) {
   struct Case {
     std::size_t n, d;
     int k;
+    std::int64_t width = 0;  // KMeansParams::imageWidth
   };
   for (const Case c :
-       {Case{1, 5, 1}, Case{1000, 5, 1}, Case{50, 5, 50}, Case{1000 + 7, 5, 9}, Case{300, 1, 4},
-        Case{700, 128, 6}, Case{5000, 5, 1024}, Case{2048, 3, 300}}) {
+       {Case{1, 5, 1}, Case{1, 5, 1, 1}, Case{1000, 5, 1}, Case{50, 5, 50}, Case{1000 + 7, 5, 9},
+        Case{1000 + 7, 5, 9, 19}, Case{300, 1, 4}, Case{700, 128, 6}, Case{5000, 5, 1024},
+        Case{5000, 5, 1024, 5000}, Case{2048, 3, 300}}) {
     SCOPED_TRACE("N = " + std::to_string(c.n) + ", D = " + std::to_string(c.d) +
-                 ", K = " + std::to_string(c.k));
-    std::printf("[ edge     ] N = %zu, D = %zu, K = %d\n", c.n, c.d, c.k);
+                 ", K = " + std::to_string(c.k) + ", image width " + std::to_string(c.width));
+    std::printf("[ edge     ] N = %zu, D = %zu, K = %d, width %lld\n", c.n, c.d, c.k,
+                (long long)c.width);
     std::fflush(stdout);
     const Matrix data = randomData(c.n, c.d, 17);
     const Matrix init = gatherRows(data, chooseInitialCentres(data, c.k, Init::RandomPoints, 1));
-    const KMeansParams p = paramsFor(mode, c.k, 25);
+    KMeansParams p = paramsFor(mode, c.k, 25);
+    p.imageWidth = c.width;
     const KMeansResult a = cpu->run(data, init, p);
     std::printf("[ edge     ] CPU done\n");
     std::fflush(stdout);
@@ -359,12 +399,19 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
   const Matrix runs = blobs(2503, 5, 4, 0.02, 5, 512);
   cases.push_back({"runs of one label", runs,
                    gatherRows(runs, chooseInitialCentres(runs, 4, Init::RandomPoints, 3)), 4});
+  // Tiles of a 37 x 53 image: groups that cross rows, short tile columns, a short last band and a
+  // partial last group (N = 1961).
+  const Matrix tiled = blobs(37 * 53, 5, 4, 0.02, 6, 300);
+  cases.push_back({"tiles", tiled,
+                   gatherRows(tiled, chooseInitialCentres(tiled, 4, Init::RandomPoints, 3)), 4,
+                   37});
   const Matrix r5 = randomData(1200, 5, 23);
   cases.push_back({"re-seeding", r5, gatherRows(r5, {0, 0, 1, 1, 2, 3}), 6});
   for (const DataCase& c : cases) {
     SCOPED_TRACE(c.what);
     KMeansParams p = paramsFor(GetParam(), c.k, 3);
     p.traceSse = true;
+    p.imageWidth = c.width;
     const KMeansResult a = gpu->run(c.data, c.init, p);
     const KMeansResult b = gpu->run(c.data, c.init, p);
     ASSERT_EQ(a.labels.size(), c.data.rows);
@@ -388,10 +435,13 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
   const Mode mode = GetParam();
   auto gpu = makeCudaEngine();
   std::vector<DataCase> cases;
-  const Matrix coffee = photo("samples/coffee.png");
-  cases.push_back({"coffee", coffee,
-                   gatherRows(coffee, chooseInitialCentres(coffee, 32, Init::RandomPoints, 4)),
-                   32});
+  const Photo coffee = photo("samples/coffee.png");
+  const Matrix& cf = coffee.features;
+  cases.push_back(
+      {"coffee", cf, gatherRows(cf, chooseInitialCentres(cf, 32, Init::RandomPoints, 4)), 32});
+  cases.push_back({"coffee in tiles", cf,
+                   gatherRows(cf, chooseInitialCentres(cf, 32, Init::RandomPoints, 4)), 32,
+                   coffee.width});
   const Matrix runs = blobs(20000, 5, 9, 0.03, 7, 64);
   for (int k : {9, 300})
     cases.push_back(
@@ -413,6 +463,7 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
                    std::string(workingName(w)));
       KMeansParams p = paramsFor(mode, c.k, 40);
       p.working = w;
+      p.imageWidth = c.width;
       p.useBounds = false;
       const KMeansResult full = gpu->run(c.data, c.init, p);
       p.useBounds = true;
@@ -471,13 +522,14 @@ class HostLoopEnv {
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();
-  const Matrix coffee = photo("samples/coffee.png");
+  const Photo coffeePhoto = photo("samples/coffee.png");
+  const Matrix& coffee = coffeePhoto.features;
   const Matrix generic = blobs(5003, 7, 6, 0.1, 9);
   const Matrix reseed = randomData(3001, 5, 23);
   std::vector<DataCase> cases;
   cases.push_back({"coffee K=32", coffee,
-                   gatherRows(coffee, chooseInitialCentres(coffee, 32, Init::RandomPoints, 5)),
-                   32});
+                   gatherRows(coffee, chooseInitialCentres(coffee, 32, Init::RandomPoints, 5)), 32,
+                   coffeePhoto.width});
   cases.push_back({"blobs D=7", generic,
                    gatherRows(generic, chooseInitialCentres(generic, 8, Init::RandomPoints, 4)),
                    8});
@@ -489,6 +541,7 @@ TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
                      (sse ? ", SSE traced" : ", no SSE trace"));
         KMeansParams p = paramsFor(mode, c.k, 60);
         p.traceSse = sse;
+        p.imageWidth = c.width;
         const KMeansResult g = gpu->run(c.data, c.init, p);
         KMeansResult h;
         int calls = 0;
@@ -541,7 +594,7 @@ TEST(CudaEngine, MixedModesRestoreAccuracyOnNearPoints) {
 
 TEST(CudaEngine, ReportsProgressAndCancelsWithinOneIteration) {
   KMSEG_REQUIRE_GPU();
-  const Matrix data = photo("samples/coffee.png");
+  const Matrix data = photo("samples/coffee.png").features;
   const Matrix init = gatherRows(data, chooseInitialCentres(data, 32, Init::RandomPoints, 1));
   auto gpu = makeCudaEngine();
   KMeansParams p = paramsFor(Mode::Fp32, 32, 300);

@@ -54,6 +54,12 @@ struct KMeansParams {
   /// of a warp's 128 consecutive points, and in mixed modes provably accepted by the reliability
   /// test. The labels (and fallback counts) are those of the full scan; only the work differs.
   bool useBounds = true;
+  /// When > 0: the samples are the pixels of an image this many pixels wide, in row-major order
+  /// (so the number of samples is a multiple of it). The CUDA engine then gives each warp a
+  /// compact tile of pixels instead of a run of consecutive rows; tiles hold fewer distinct
+  /// labels and prune more centres. Labels and fallback counts of an iteration do not depend on
+  /// it; the order of the centroid sums does (deterministically). The CPU engine ignores it.
+  std::int64_t imageWidth = 0;
 };
 
 /// Throws InvalidArgument naming the parameter and its limit when `p` is out of range for

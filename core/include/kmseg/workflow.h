@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kmseg/engine.h"
+#include "kmseg/image.h"
 #include "kmseg/kmeans.h"
 #include "kmseg/metrics.h"
 
@@ -22,6 +23,10 @@ struct WorkflowParams {
   Init init = Init::RandomPoints;
   std::uint64_t seed = 1;
 };
+
+/// `params` for a workflow on the features of `image` (makeFeatures): the engines learn the
+/// image's width (KMeansParams::imageWidth).
+WorkflowParams workflowFor(const WorkflowParams& params, const Image& image);
 
 /// One mode's run and its comparison with the reference.
 struct ModeOutcome {
