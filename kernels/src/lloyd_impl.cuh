@@ -168,9 +168,8 @@ struct Args {
   long long chunk;  // points per block of the assignment pass (assignFastKernel: see tiles)
   // assignFastKernel's tiles (see there): the rows as an image tileW points wide and tileRows
   // high, cut into tiles of kTileRows rows x kTileGroups groups of kFastPoints points; tileCols
-  // tiles per band of kTileRows rows, `tiles` in all (< 2^31), tileChunk (a multiple of kWarps)
-  // per block.
-  int tileW, tileRows, tileCols, tiles, tileChunk;
+  // tiles per band of kTileRows rows, `tiles` in all (< 2^30).
+  int tileW, tileRows, tileCols, tiles;
   unsigned tileColsMagic;  // tile / tileCols as umulhi(tile, magic) with two shifts (FastDivisor)
   int tileColsShift1, tileColsShift2;
   int d, k, blocks, maxIterations;
@@ -832,15 +831,17 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
 // in float; the margins (err's 2^-18 part) cover their rounding and that of fp64 centres and
 // rows to float. The packed pass scans a centre pair when either centre is a candidate.
 
-// Order-preserving map of floats to unsigned integers (for the warp's integer min / max).
-__device__ inline unsigned orderedKey(float f) {
-  const unsigned u = __float_as_uint(f);
-  return u ^ ((u & 0x80000000u) ? 0xffffffffu : 0x80000000u);
+// Order-preserving map of (non-NaN) floats to signed integers, for the warp's integer min / max:
+// non-negative floats keep their bits, negative ones flip their magnitude bits (-0 maps below +0).
+// The map is its own inverse.
+__device__ inline int orderedKey(float f) {
+  const int i = __float_as_int(f);
+  return i ^ ((i >> 31) & 0x7fffffff);
 }
-__device__ inline float fromOrderedKey(unsigned k) {
-  return __uint_as_float(k ^ ((k & 0x80000000u) ? 0x80000000u : 0xffffffffu));
+__device__ inline float fromOrderedKey(int k) {
+  return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
 }
-__device__ inline unsigned warpMin(unsigned v) {
+__device__ inline int warpMin(int v) {
 #if __CUDA_ARCH__ >= 800
   return __reduce_min_sync(0xffffffffu, v);
 #else
@@ -848,7 +849,7 @@ __device__ inline unsigned warpMin(unsigned v) {
   return v;
 #endif
 }
-__device__ inline unsigned warpMax(unsigned v) {
+__device__ inline int warpMax(int v) {
   return ~warpMin(~v);
 }
 
@@ -945,7 +946,7 @@ __device__ inline void warpCandidates(const A& a, const LC* scl, const PC* scp,
     bounds(j, low, high);
     best = fminf(best, high);
   }
-  best = __uint_as_float(warpMin(__float_as_uint(best)));
+  best = __int_as_float(warpMin(__float_as_int(best)));
   for (int j0 = 0; j0 < a.k; j0 += 32) {
     const int j = j0 + laneId;
     float low = low0, high;
@@ -1003,6 +1004,18 @@ __device__ inline int labelOf(LabelWord<LabelT> v, int p) {
   return int((v >> (kLabelBits<LabelT> * p)) & ((LabelWord<LabelT>(1) << kLabelBits<LabelT>)-1));
 }
 
+/// How many of the kFastPoints labels of two label words differ, per byte (uint8) or per half
+/// word (uint16) with SIMD compares.
+template <class LabelT>
+__device__ inline unsigned differingLabels(LabelWord<LabelT> x, LabelWord<LabelT> y) {
+  if constexpr (sizeof(LabelT) == 1)
+    return unsigned(__popc(__vcmpne4(x, y))) >> 3;
+  else
+    return unsigned(__popc(__vcmpne2(unsigned(x >> 32), unsigned(y >> 32))) +
+                    __popc(__vcmpne2(unsigned(x), unsigned(y)))) >>
+           4;
+}
+
 /// Rows w[p][q] = src[p DT + q] for P consecutive rows at a 16-byte aligned address, with
 /// 16-byte loads.
 template <int P, int DT, class WT>
@@ -1035,8 +1048,10 @@ __device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
 /// tile is compact (16 x 8 pixels of a photo against a 128-pixel run: fewer distinct labels,
 /// a smaller box in warpCandidates), and each centre loaded from shared memory serves
 /// kFastPoints points, a thread's rows and labels move in 16-byte loads and single words.
-/// Grid: a.blocks blocks of kAssignThreads; block b owns the tiles [b tileChunk, (b + 1)
-/// tileChunk), warp v taking tiles b tileChunk + v, + v + kWarps, ... (one per round). Only
+/// Grid: a.blocks = B blocks of kAssignThreads; in round r, warp v of block b takes tile
+/// kWarps (b + r B) + v. The blocks take turns over the whole image, so they get about the same
+/// work however the detail of the photo is spread (contiguous ranges of tiles left SMs idle while
+/// the blocks of detailed regions finished: at 12 MP an SM was busy 84 % of the pass). Only
 /// the working-precision rows are read: the low-precision x~ is convert<LowT>(x_W) in registers,
 /// the same single rounding as convertKernel's copy. Every per-pair distance is the shared formula
 /// of distance.h, evaluated per element: scalar for fp64 / fp32 distances (scalarAssign), two
@@ -1097,10 +1112,9 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   PC* scp = reinterpret_cast<PC*>(p8);
   HC* sch = reinterpret_cast<HC*>(p8 + lowCentres * (kPacked ? sizeof(PC) : sizeof(LC)));
 
-  // The warp's tiles: tile = tBegin + warp + kWarps r in round r, in band tile / tileCols (rows
-  // kTileRows band ...) and column tile mod tileCols.
-  const int tBegin = int(blockIdx.x) * a.tileChunk;
-  const int tEnd = min(a.tiles, tBegin + a.tileChunk);
+  // The warp's tiles: tile = kWarps (b + r B) + warp in round r for block b of B, in band
+  // tile / tileCols (rows kTileRows band ...) and column tile mod tileCols.
+  const int tStride = a.blocks * kWarps;
   // The lane's group in the tile at (b, c) (points P group ... P group + P - 1, group < 2^32);
   // false when the tile has no such group (a short row, or rows beyond the image).
   auto groupOf = [&](int b, int c, unsigned& group) {
@@ -1127,9 +1141,10 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       if (iteration >= 3) prefetchL2(a.twoAgo + first);
     }
   };
-  if (tBegin + warp < tEnd) {
-    const int b = (tBegin + warp) / a.tileCols;
-    prefetchTile(b, tBegin + warp - b * a.tileCols);
+  if (int(blockIdx.x) * kWarps + warp < a.tiles) {
+    const int t = int(blockIdx.x) * kWarps + warp;
+    const int b = t / a.tileCols;
+    prefetchTile(b, t - b * a.tileCols);
   }
   for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
   for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
@@ -1165,14 +1180,14 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   WT* myAcc = warpAcc + (lane & (slots - 1));
   const int myPhase = lane >> slotShift;
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
-  for (int tile = tBegin + warp; tile < tEnd; tile += kWarps) {
+  for (int tile = int(blockIdx.x) * kWarps + warp; tile < a.tiles; tile += tStride) {
     // The tile's band and column (and the next round's, for the prefetch).
     auto bandOf = [&](int t) {
       return int(fastDivide(unsigned(t), a.tileColsMagic, a.tileColsShift1, a.tileColsShift2));
     };
-    if (tile + kWarps < tEnd) {
-      const int b = bandOf(tile + kWarps);
-      prefetchTile(b, tile + kWarps - b * a.tileCols);
+    if (tile + tStride < a.tiles) {
+      const int b = bandOf(tile + tStride);
+      prefetchTile(b, tile + tStride - b * a.tileCols);
     }
     // The lane's group: P consecutive points from `first` (see above). A lane without one takes
     // the rows of the first lane that has one, for the box only; when all P points exist
@@ -1235,12 +1250,20 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       for (int p = 0; p < P; ++p) {
         label[p] = best[p];
         newWord |= LabelWord<LabelT>(best[p]) << (kLabelBits<LabelT> * p);
-        if (!valid[p]) continue;
-        if (iteration == 1) {
-          changed += 1;
-        } else {
-          changed += labelOf<LabelT>(oldWord, p) != best[p];
-          if (iteration >= 3) cycleDiff += labelOf<LabelT>(twoAgoWord, p) != best[p];
+      }
+      if (iteration >= 2 && whole) {
+        changed += differingLabels<LabelT>(oldWord, newWord);
+        if (iteration >= 3) cycleDiff += differingLabels<LabelT>(twoAgoWord, newWord);
+      } else {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          if (!valid[p]) continue;
+          if (iteration == 1) {
+            changed += 1;
+          } else {
+            changed += labelOf<LabelT>(oldWord, p) != best[p];
+            if (iteration >= 3) cycleDiff += labelOf<LabelT>(twoAgoWord, p) != best[p];
+          }
         }
       }
       if (whole) {
@@ -1751,7 +1774,6 @@ class Run final : public LloydRun {
     args_.tileW = tileW_;
     args_.tileRows = tileRows_;
     args_.tiles = tiles_;
-    args_.tileChunk = tileChunk_;
     args_.tileCols = tileCols_;
     {
       const FastDivisor div(unsigned(std::max(1, tileCols_)));
@@ -1975,7 +1997,7 @@ class Run final : public LloydRun {
     const long long rows = (n + width - 1) / width;
     const long long cols = (width + kTileGroups * kFastPoints - 1) / (kTileGroups * kFastPoints);
     const long long tiles = (rows + kTileRows - 1) / kTileRows * cols;
-    if (width >= (1ll << 31) || tiles + kWarps >= (1ll << 31) || n / kFastPoints >= (1ll << 32))
+    if (width >= (1ll << 31) || tiles + kWarps >= (1ll << 30) || n / kFastPoints >= (1ll << 32))
       return;
     int optin = 0;
     KMSEG_CUDA_CHECK(
@@ -2009,16 +2031,13 @@ class Run final : public LloydRun {
       blocks = std::atoll(b);  // tuning only
     // At least one full round (a tile per warp) per block: below that, a block's fixed costs
     // (zeroing and folding its accumulators) outweigh its share of the work (H200, 0.26 MP,
-    // K = 32: 34.6 us per iteration with 512 blocks of half a round, 28.9 with 264). A block's
-    // tiles are a whole number of rounds.
+    // K = 32: 34.6 us per iteration with 512 blocks of half a round, 28.9 with 264).
     blocks = std::min(blocks, std::max(1ll, (tiles + kWarps - 1) / kWarps));
     tileW_ = int(width);
     tileRows_ = int(rows);
     tileCols_ = int(cols);
     tiles_ = int(tiles);
-    tileChunk_ = int((tiles + blocks - 1) / blocks);
-    tileChunk_ = (tileChunk_ + kWarps - 1) / kWarps * kWarps;
-    blocks_ = (tiles_ + tileChunk_ - 1) / tileChunk_;
+    blocks_ = int(blocks);
     // The SSE pass splits the points evenly over the same blocks.
     chunk_ = std::size_t((n + blocks_ - 1) / blocks_);
   }
@@ -2099,7 +2118,7 @@ class Run final : public LloydRun {
   int fastSlotShift_ = 0;
   std::size_t shared_ = 0, chunk_ = 0;
   int blocks_ = 0;
-  int tileW_ = 0, tileRows_ = 0, tileCols_ = 0, tiles_ = 0, tileChunk_ = 0;  // the fast tiles
+  int tileW_ = 0, tileRows_ = 0, tileCols_ = 0, tiles_ = 0;  // the fast pass's tiles
   std::size_t allocated_ = 0;
   Stream stream_;
   Event start_, stop_;
