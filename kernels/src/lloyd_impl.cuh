@@ -105,7 +105,9 @@ inline constexpr std::size_t kFastSharedTarget = 54 * 1024;
 // measured pass (H200, 12 MP, K = 32) was 22 % slower with four blocks of 4 slots than with two
 // blocks of 8.
 inline constexpr std::size_t kFastSharedTargetFp64 = 110 * 1024;
-inline constexpr long long kFastSlotRun = 256;
+// In W = fp32, the most points an accumulator slot of the fast pass should take in one pass (it
+// adds them as lane sums, warp sums or single points, a running sum of at most this many terms).
+inline constexpr long long kFastSlotRun = 512;
 
 /// One iteration's record, as the device writes it.
 struct TraceEntry {
@@ -1985,9 +1987,11 @@ class Run final : public LloydRun {
 
   // The fast pass's shape: the most accumulator slots per warp whose shared memory lets four
   // blocks share an SM (KMSEG_CUDA_FAST_SHARED_KB overrides the target, for tuning) (else one
-  // block, up to the opt-in limit; else the generic pass), and chunks short enough that no slot
-  // adds more than about kFastSlotRun points in a row, in a whole number of waves of resident
-  // blocks.
+  // block, up to the opt-in limit; else the generic pass), and one wave of resident blocks (the
+  // fewest block ends, each a wait for the block's slowest warp: H200, 12 MP, K = 32, fp32 0.176
+  // ms per iteration with one wave of 528 blocks, 0.183 with two, 0.189 with four; fp64 0.274
+  // with one wave of 264, 0.293 with three), or in W = fp32 whole waves enough that no slot takes
+  // more than about kFastSlotRun points.
   void chooseFastShape(int sms) {
     // In tiles: the image's width, else runs of consecutive rows (see assignFastKernel), counted
     // in 32 bits (else the generic pass).
@@ -2024,9 +2028,12 @@ class Run final : public LloydRun {
     KMSEG_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kAssignThreads, shared_));
     const long long resident = std::max(1, perSm) * (long long)sms;
-    const long long runChunk = kFastSlotRun * kWarps * (1ll << shift);
-    long long blocks = (n + runChunk - 1) / runChunk;
-    blocks = (blocks + resident - 1) / resident * resident;
+    long long blocks = resident;
+    if (sizeof(WT) == 4) {
+      const long long runChunk = kFastSlotRun * kWarps * (1ll << shift);
+      blocks =
+          std::max(blocks, ((n + runChunk - 1) / runChunk + resident - 1) / resident * resident);
+    }
     if (const char* b = std::getenv("KMSEG_CUDA_BLOCKS"); b && std::atoll(b) > 0)
       blocks = std::atoll(b);  // tuning only
     // At least one full round (a tile per warp) per block: below that, a block's fixed costs
