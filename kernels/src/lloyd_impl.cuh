@@ -108,6 +108,8 @@ inline constexpr std::size_t kFastSharedTargetFp64 = 110 * 1024;
 // In W = fp32, the most points an accumulator slot of the fast pass should take in one pass (it
 // adds them as lane sums, warp sums or single points, a running sum of at most this many terms).
 inline constexpr long long kFastSlotRun = 512;
+// Labels of a tile that the fast pass sums with warp shuffles before the slots take the rest.
+inline constexpr int kMaskedLabels = 3;
 
 /// One iteration's record, as the device writes it.
 struct TraceEntry {
@@ -254,6 +256,16 @@ __device__ inline T warpSum8(const T (&v)[DT], int lane, int& q) {
   a[0] = a[0] + __shfl_xor_sync(0xffffffffu, a[0], 1);
   q = ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1);
   return a[0];
+}
+
+// The sum of v over the 32 lanes of a warp.
+__device__ inline unsigned warpSumCount(unsigned v) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(0xffffffffu, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+#endif
 }
 
 // Low and high copies of the centres and the low norms, from cw. Block-strided over K.
@@ -1288,10 +1300,13 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       for (int p = 0; p < P; ++p) label[p] = valid[p] ? int(a.labels[first + p]) : 0;
     }
     // Sums. A lane whose P points share one label adds them first, pairwise ("lane sum"). When
-    // every lane's does and all share one label (photos have long runs of one label), warpSum8
-    // sums the lane sums and five lanes add the totals to slot 0. Otherwise the lanes of one slot
-    // take turns in lane order (lanes of one phase own distinct slots), each adding its lane sum
-    // or its points one by one.
+    // every lane's does and all share one label (most tiles of a photo), warpSum8 sums the lane
+    // sums and five lanes add the totals to slot 0. Otherwise, for each of the tile's first
+    // kMaskedLabels labels (in order of first appearance, lane then p), every lane sums its
+    // points of that label pairwise (its other points as zeros), warpSum8 sums those and five
+    // lanes add the totals to slot 0; the points of any further labels go to the slots, the lanes
+    // of one slot taking turns in lane order (lanes of one phase own distinct slots), each adding
+    // its lane sum or its points one by one.
     bool laneOne = valid[P - 1];
 #pragma unroll
     for (int p = 1; p < P; ++p) laneOne = laneOne && label[p] == label[0];
@@ -1309,30 +1324,63 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       }
       if (lane == 0) atomicAdd(&count[l0], 32u * P);
     } else {
-      for (int ph = 0; ph < phases; ++ph) {
-        __syncwarp();
-        if (ph == myPhase) {
-          if (laneOne) {
-            WT* t = myAcc + std::size_t(label[0]) * DT * slots;
+      unsigned pending = 0;  // bit p: point p is valid and not yet summed
 #pragma unroll
-            for (int q = 0; q < DT; ++q) t[q * slots] = t[q * slots] + sum[q];
-          } else {
+      for (int p = 0; p < P; ++p) pending |= unsigned(valid[p]) << p;
+      for (int pass = 0; pass < kMaskedLabels; ++pass) {
+        const unsigned lanes = __ballot_sync(0xffffffffu, pending != 0);
+        if (lanes == 0) break;
+        int mine = label[P - 1];  // the label of the lane's first pending point
 #pragma unroll
-            for (int p = 0; p < P; ++p) {
-              if (!valid[p]) continue;
-              WT* t = myAcc + std::size_t(label[p]) * DT * slots;
+        for (int p = P - 2; p >= 0; --p)
+          if (pending >> p & 1) mine = label[p];
+        const int l = __shfl_sync(0xffffffffu, mine, __ffs(lanes) - 1);
+        unsigned take = 0;
 #pragma unroll
-              for (int q = 0; q < DT; ++q) t[q * slots] = t[q * slots] + w[p][q];
+        for (int p = 0; p < P; ++p) take |= unsigned((pending >> p & 1) && label[p] == l) << p;
+        pending &= ~take;
+        WT part[DT];
+#pragma unroll
+        for (int q = 0; q < DT; ++q)
+          part[q] = ((take & 1 ? w[0][q] : WT(0)) + (take & 2 ? w[1][q] : WT(0))) +
+                    ((take & 4 ? w[2][q] : WT(0)) + (take & 8 ? w[3][q] : WT(0)));
+        int q;
+        const WT v = warpSum8<DT>(part, lane, q);
+        if ((lane & 3) == 0 && q < DT) {
+          WT* t = warpAcc + (std::size_t(l) * DT + q) * slots;
+          *t = *t + v;
+        }
+        const unsigned n = warpSumCount(unsigned(__popc(take)));
+        if (lane == 0) atomicAdd(&count[l], n);
+      }
+      if (__any_sync(0xffffffffu, pending != 0)) {
+        // A lane sum is whole or untouched: the passes take all points of a label.
+        const bool laneRest = laneOne && pending != 0;
+        for (int ph = 0; ph < phases; ++ph) {
+          __syncwarp();
+          if (ph == myPhase) {
+            if (laneRest) {
+              WT* t = myAcc + std::size_t(label[0]) * DT * slots;
+#pragma unroll
+              for (int q = 0; q < DT; ++q) t[q * slots] = t[q * slots] + sum[q];
+            } else {
+#pragma unroll
+              for (int p = 0; p < P; ++p) {
+                if (!(pending >> p & 1)) continue;
+                WT* t = myAcc + std::size_t(label[p]) * DT * slots;
+#pragma unroll
+                for (int q = 0; q < DT; ++q) t[q * slots] = t[q * slots] + w[p][q];
+              }
             }
           }
         }
-      }
-      if (laneOne) {
-        atomicAdd(&count[label[0]], unsigned(P));
-      } else {
+        if (laneRest) {
+          atomicAdd(&count[label[0]], unsigned(P));
+        } else {
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-          if (valid[p]) atomicAdd(&count[label[p]], 1u);
+          for (int p = 0; p < P; ++p)
+            if (pending >> p & 1) atomicAdd(&count[label[p]], 1u);
+        }
       }
     }
     __syncwarp();
