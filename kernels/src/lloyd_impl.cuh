@@ -169,7 +169,7 @@ struct Args {
   TraceEntry* traceHost;  // maxIterations entries (mapped host memory)
   Mapped* mapped;         // mapped host memory
   long long n;
-  long long chunk;  // points per block of the assignment pass (assignFastKernel: see tiles)
+  long long chunk;  // points per block of the generic assignment pass and of the SSE pass
   // assignFastKernel's tiles (see there): the rows as an image tileW points wide and tileRows
   // high, cut into tiles of kTileRows rows x kTileGroups groups of kFastPoints points; tileCols
   // tiles per band of kTileRows rows, `tiles` in all (< 2^30).
@@ -830,7 +830,7 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
 
 // ---- centre pruning of the fast pass ------------------------------------------------------------
 //
-// Each warp bounds its round's P x 32 consecutive points by a box: per feature the least and the
+// Each warp bounds its tile's P x 32 points by a box: per feature the least and the
 // greatest x~_q, as floats rounded outwards. For every centre j it bounds the exact squared
 // distance from any point of the box to c~_j: L_j <= ||x~ - c~_j||^2 <= U_j. The value a pair
 // takes in the scan (d^, or in a mixed mode the direct distance from the W rows when it falls
@@ -951,7 +951,7 @@ __device__ inline void warpCandidates(const A& a, const LC* scl, const PC* scp,
     }
     centreBounds<kFallback>(b, c, cc, a.pruneErr, a.pruneEta, a.pruneThr, low, high);
   };
-  // The least upper bound over all centres (non-negative, so the bits order as unsigned). The
+  // The least upper bound over all centres (non-negative, so the bits order as integers). The
   // first 32 centres' lower bounds are kept for the test below (K <= 32: one evaluation each).
   float best = __builtin_huge_valf(), low0 = -__builtin_huge_valf();
   if (laneId < a.k) bounds(laneId, low0, best);
@@ -1075,15 +1075,16 @@ __device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
 /// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre or
 /// PairCentre, HighCentre).
 /// Sums: per round, a lane whose points share one label sums them pairwise (its lane sum). When
-/// all the warp's 128 points share one label, warpSum8 sums the lane sums over the lanes and one
-/// lane per feature adds its total into slot 0; otherwise each lane l adds its lane sum, or its
-/// points one by one, into slot l mod S, the 32 / S lanes of a slot taking turns in lane order
-/// (phases).
-/// Determinism: a slot's sum adds in a fixed order (round, then phase, then p); the lane sums'
-/// and warpSum8's orders are fixed; integer counts use shared atomics (exact). The fold adds, per
-/// element, the slots of each warp in slot order, then the warps in warp order, and writes
-/// partialSum[e blocks + b]. Everything depends only on N, K, D, the tile width, the labels and
-/// the launch shape.
+/// all the tile's 128 points share one label, warpSum8 sums the lane sums over the lanes and one
+/// lane per feature adds its total into slot 0. Otherwise each of the tile's first kMaskedLabels
+/// labels is summed the same way (every lane's points of that label pairwise, its others as
+/// zeros), and the points of any further label go one lane sum or one point at a time into slot
+/// l mod S of lane l, the 32 / S lanes of a slot taking turns in lane order (phases).
+/// Determinism: a slot's sum adds in a fixed order (round, then masked label in order of first
+/// appearance, then phase, then p); the lane sums' and warpSum8's orders are fixed; integer counts
+/// use shared atomics (exact). The fold adds, per element, the slots of each warp in slot order,
+/// then the warps in warp order, and writes partialSum[e blocks + b]. Everything depends only on N,
+/// K, D, the tile width, the labels and the launch shape.
 template <class LowT, class HighT, class WT, class LabelT, int DT>
 __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
     assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
