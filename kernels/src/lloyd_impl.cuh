@@ -111,6 +111,9 @@ inline constexpr long long kFastSlotRun = 512;
 // Labels of a tile that the fast pass sums with warp shuffles before the slots take the rest.
 inline constexpr int kMaskedLabels = 3;
 
+// A tile label state half for "no single label" (labels are below kMaxK = 1024).
+inline constexpr unsigned kNoTileLabel = 0xffffu;
+
 /// One iteration's record, as the device writes it.
 struct TraceEntry {
   long long changed;
@@ -136,6 +139,15 @@ struct DeviceState {
 struct Mapped {
   int completed;  // iterations whose trace entry is in `trace` (device writes)
   int cancel;     // host writes 1 to stop the loop at the next iteration's end
+};
+
+/// The box of a tile of the fast pass (see warpCandidates): per feature the least and greatest
+/// x~_q over the tile's points, and an upper bound of ||x~||^2 over the box (and its root, for the
+/// mixed modes' eta term). tileBoxKernel computes every tile's once per run.
+template <int DT>
+struct alignas(16) Box {
+  float lo[DT], hi[DT];
+  float norm, root;
 };
 
 template <class LowT, class HighT, class WT, class LabelT>
@@ -188,6 +200,13 @@ struct Args {
   // reliability threshold fl_H(factor s) from above.
   int prune;
   float pruneErr, pruneEta, pruneThr;
+  Box<kFastD>* boxes;  // the fast pass's tile boxes (tiles of them) when it prunes
+  // Settled tiles (see assignFastKernel), when the fast pass prunes in a uniform mode, else null:
+  // per tile the sum of its points (D values in W, as warpSum8 adds them) and its label state
+  // (bits 0-15: the label all its points took in the last assignment, 16-31: in the one before;
+  // kNoTileLabel when they did not all take one, or the tile is not whole).
+  WT* tileSums;
+  unsigned* tileState;
   int traceSse, detectCycles;
   int hostLoop;  // 1: the host drives the loop (no graph, no conditional nodes to set)
   double tolerance;
@@ -830,17 +849,20 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
 
 // ---- centre pruning of the fast pass ------------------------------------------------------------
 //
-// Each warp bounds its tile's P x 32 points by a box: per feature the least and the
-// greatest x~_q, as floats rounded outwards. For every centre j it bounds the exact squared
-// distance from any point of the box to c~_j: L_j <= ||x~ - c~_j||^2 <= U_j. The value a pair
-// takes in the scan (d^, or in a mixed mode the direct distance from the W rows when it falls
-// back) is within M_j of the exact ||x~ - c~_j||^2 (Args::pruneErr, pruneEta, and an absolute
-// 2^-20 for 16-bit subnormals). A centre with L_j - M_j > min_i (U_i + M_i) is, for every point of
-// the box, strictly farther than that best centre i, so it can neither win nor tie and the scan
-// skips it. In a mixed mode a skipped centre must also be one whose low-precision distance the
-// reliability test provably accepts (L_j - M_j > thr (||x~||^2 + ||c~||^2)), so that it adds no
-// fallback. Labels, fallback counts and sums are therefore bit-identical to the full scan
-// (KMeansParams::useBounds = false turns pruning off; a GPU test compares the two). The warp's
+// Each tile's P x 32 points are bounded by a box: per feature the least and the greatest x~_q,
+// as floats rounded outwards. The data does not change between iterations, so tileBoxKernel
+// computes every tile's box once per run and each round of the pass loads its tile's (48 bytes
+// against the rows' 640; the warp's min / max reductions were about a sixth of the pass's
+// instructions, and the bounds now need no row, so they run while the rows load). For every centre
+// j it bounds the exact squared distance from any point of the box to c~_j: L_j <= ||x~ - c~_j||^2
+// <= U_j. The value a pair takes in the scan (d^, or in a mixed mode the direct distance from the W
+// rows when it falls back) is within M_j of the exact ||x~ - c~_j||^2 (Args::pruneErr, pruneEta,
+// and an absolute 2^-20 for 16-bit subnormals). A centre with L_j - M_j > min_i (U_i + M_i) is, for
+// every point of the box, strictly farther than that best centre i, so it can neither win nor tie
+// and the scan skips it. In a mixed mode a skipped centre must also be one whose low-precision
+// distance the reliability test provably accepts (L_j - M_j > thr (||x~||^2 + ||c~||^2)), so that
+// it adds no fallback. Labels, fallback counts and sums are therefore bit-identical to the full
+// scan (KMeansParams::useBounds = false turns pruning off; a GPU test compares the two). The warp's
 // points scan the union of their candidates, in increasing index order. The bounds are computed
 // in float; the margins (err's 2^-18 part) cover their rounding and that of fp64 centres and
 // rows to float. The packed pass scans a centre pair when either centre is a candidate.
@@ -876,14 +898,6 @@ __device__ inline float lowAsFloat(WT w, bool up) {
     return convert<float>(convert<LowT>(w));
 }
 
-/// The box of a warp's points: per feature the least and greatest x~_q, and an upper bound of
-/// ||x~||^2 over the box (and its root, for the mixed modes' eta term).
-template <int DT>
-struct Box {
-  float lo[DT], hi[DT];
-  float norm, root;
-};
-
 /// low = L_j - M_j and high = U_j + M_j for centre c (as floats) and its norm cc (see above);
 /// in a mixed mode low = -inf unless the reliability test provably accepts every point's pair.
 template <bool kFallback, int DT>
@@ -909,13 +923,10 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     if (!(low > thr * n)) low = -__builtin_huge_valf();
 }
 
-/// Writes the warp's candidate words cand[0, ceil(K / 32)) for its round's points (rows w of
-/// every lane; see above). Every lane of the warp calls it; the words are ready after the call.
-template <bool kPacked, int P, class A, class LC, class PC, class WT, int DT>
-__device__ inline void warpCandidates(const A& a, const LC* scl, const PC* scp,
-                                      const WT (&w)[P][DT], unsigned* cand, int laneId) {
-  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
-  constexpr bool kFallback = A::kFallback;
+/// The box of a warp's points (rows w of every lane; see above). Every lane of the warp calls it
+/// and gets the box.
+template <class LowT, bool kFallback, int P, class WT, int DT>
+__device__ inline Box<DT> warpBox(const WT (&w)[P][DT]) {
   Box<DT> b;
   b.norm = 0.f;
 #pragma unroll
@@ -935,6 +946,17 @@ __device__ inline void warpCandidates(const A& a, const LC* scl, const PC* scp,
         fmaf(fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q])), fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q])), b.norm);
   }
   b.root = kFallback ? sqrtf(b.norm) : 0.f;
+  return b;
+}
+
+/// Writes the warp's candidate words cand[0, ceil(K / 32)) for its tile's box b (see above).
+/// Every lane of the warp calls it; the words are ready after the call. Returns the candidate
+/// when there is exactly one, else -1.
+template <bool kPacked, class A, class LC, class PC, int DT>
+__device__ inline int warpCandidates(const A& a, const LC* scl, const PC* scp, const Box<DT>& b,
+                                     unsigned* cand, int laneId) {
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
+  constexpr bool kFallback = A::kFallback;
   auto bounds = [&](int j, float& low, float& high) {
     float c[DT], cc;
     if constexpr (kPacked) {
@@ -961,6 +983,7 @@ __device__ inline void warpCandidates(const A& a, const LC* scl, const PC* scp,
     best = fminf(best, high);
   }
   best = __int_as_float(warpMin(__float_as_int(best)));
+  int count = 0, only = -1;
   for (int j0 = 0; j0 < a.k; j0 += 32) {
     const int j = j0 + laneId;
     float low = low0, high;
@@ -970,8 +993,11 @@ __device__ inline void warpCandidates(const A& a, const LC* scl, const PC* scp,
     }
     const unsigned word = __ballot_sync(0xffffffffu, j < a.k && !(low > best));
     if (laneId == 0) cand[j0 >> 5] = word;
+    count += __popc(word);
+    if (word) only = j0 + __ffs(word) - 1;
   }
   __syncwarp();
+  return count == 1 ? only : -1;
 }
 
 /// Candidate words per warp of the fast pass: one bit per centre.
@@ -1052,6 +1078,118 @@ __device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
   }
 }
 
+/// The band (tile / tileCols) of a tile of the fast pass.
+template <class A>
+__device__ inline int tileBand(const A& a, int t) {
+  return int(fastDivide(unsigned(t), a.tileColsMagic, a.tileColsShift1, a.tileColsShift2));
+}
+
+/// Lane `lane`'s group in the fast pass's tile at band b, column c (points kFastPoints group ...,
+/// group < 2^32); false when the tile has no such group (a short row, or rows beyond the image).
+template <class A>
+__device__ inline bool tileGroup(const A& a, int b, int c, int lane, unsigned& group) {
+  constexpr int P = kFastPoints;
+  const int y = b * kTileRows + (lane / kTileGroups);
+  if (y >= a.tileRows) return false;
+  const long long g0 = ((long long)y * a.tileW + (P - 1)) / P;  // the row's first group
+  const long long g1 = ((long long)(y + 1) * a.tileW + (P - 1)) / P;
+  const long long g = g0 + c * kTileGroups + (lane % kTileGroups);
+  group = unsigned(g);
+  return g < g1 && g * P < a.n;
+}
+
+/// The fast pass's tile that holds point i (the inverse of tileGroup).
+template <class A>
+__device__ inline int tileOfPoint(const A& a, long long i) {
+  constexpr int P = kFastPoints;
+  const long long g = i / P;
+  const long long y = g * P / a.tileW;  // the image row of the group's first point
+  const long long g0 = (y * a.tileW + (P - 1)) / P;
+  return int((y / kTileRows) * a.tileCols + (g - g0) / kTileGroups);
+}
+
+/// Lane `lane`'s rows of a tile of the fast pass: its group, P consecutive points from `first`
+/// of which `have` exist (see assignFastKernel). A lane without a group takes the rows of the
+/// first lane that has one (have = 0), and so do the missing points of a short group, so that
+/// every row in w belongs to the tile (for its box). When all P points exist the rows move with
+/// 16-byte loads. Every lane of the warp calls it; false (for all) when the tile has no points
+/// (rows beyond the image, narrow images only).
+template <int P, class A, class WT, int DT>
+__device__ inline bool loadTileRows(const A& a, int tile, int lane, WT (&w)[P][DT],
+                                    long long& first, int& have) {
+  unsigned group = 0;
+  const int band = tileBand(a, tile);
+  const bool inTile = tileGroup(a, band, tile - band * a.tileCols, lane, group);
+  first = (long long)group * P;
+  const unsigned lanesIn = __ballot_sync(0xffffffffu, inTile);
+  if (lanesIn == 0) return false;
+  const long long stand = (long long)__shfl_sync(0xffffffffu, group, __ffs(lanesIn) - 1) * P;
+  have = inTile ? int(min(a.n - first, (long long)P)) : 0;
+  if (have == P) {
+    loadRows<P>(a.xw + first * DT, w);
+  } else {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const WT* wr = a.xw + (p < have ? first + p : stand) * DT;
+#pragma unroll
+      for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
+    }
+  }
+  return true;
+}
+
+/// A tile's box, with 16-byte loads (lo, hi, norm and root as consecutive floats).
+template <int DT>
+__device__ inline Box<DT> loadBox(const Box<DT>* src) {
+  constexpr int kFloats = 2 * DT + 2;
+  static_assert(sizeof(Box<DT>) == kFloats * 4 && kFloats % 4 == 0, "whole 16-byte loads");
+  const float4* v = reinterpret_cast<const float4*>(src);
+  float f[kFloats];
+#pragma unroll
+  for (int i = 0; i < kFloats / 4; ++i) {
+    const float4 u = v[i];
+    f[4 * i] = u.x, f[4 * i + 1] = u.y, f[4 * i + 2] = u.z, f[4 * i + 3] = u.w;
+  }
+  Box<DT> b;
+#pragma unroll
+  for (int q = 0; q < DT; ++q) b.lo[q] = f[q], b.hi[q] = f[DT + q];
+  b.norm = f[2 * DT];
+  b.root = f[2 * DT + 1];
+  return b;
+}
+
+/// Every tile's box for the fast pass's pruning (warpBox over the rows that tileRows gives, so
+/// the pass's candidates are those of boxes computed from its own rows), once per run: the data
+/// does not change between iterations. A tile without points gets an empty box (never read).
+/// Grid-stride, one warp per tile.
+template <class LowT, class HighT, class WT, class LabelT, int DT>
+__global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT, WT, LabelT> a) {
+  using A = Args<LowT, HighT, WT, LabelT>;
+  constexpr int P = kFastPoints;
+  const int lane = threadIdx.x & 31;
+  const int warps = int(gridDim.x) * kWarps;
+  for (int tile = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5); tile < a.tiles; tile += warps) {
+    WT w[P][DT];
+    long long first;
+    int have;
+    Box<DT> b{};
+    const bool any = loadTileRows(a, tile, lane, w, first, have);
+    if (any) b = warpBox<LowT, A::kFallback>(w);
+    if (lane < int(sizeof(Box<DT>) / 4))
+      reinterpret_cast<float*>(a.boxes + tile)[lane] = reinterpret_cast<const float*>(&b)[lane];
+    if (a.tileSums && any) {
+      // The tile's sum as the pass adds a tile of one label: lane sums, then warpSum8.
+      WT sum[DT];
+#pragma unroll
+      for (int q = 0; q < DT; ++q) sum[q] = (w[0][q] + w[1][q]) + (w[2][q] + w[3][q]);
+      int q;
+      const WT v = warpSum8<DT>(sum, lane, q);
+      if ((lane & 3) == 0 && q < DT) a.tileSums[std::size_t(tile) * DT + q] = v;
+    }
+    if (a.tileState && lane == 0) a.tileState[tile] = kNoTileLabel * 0x10001u;
+  }
+}
+
 /// The assignment pass for a compile-time D (the image case), same contract as assignKernel.
 /// Tiles: the rows are taken as an image a.tileW points wide in row-major order (the photo's
 /// width, KMeansParams::imageWidth; else kPlainTileW, which makes a tile a run of 128 consecutive
@@ -1074,6 +1212,15 @@ __device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
 /// rest. Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
 /// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre or
 /// PairCentre, HighCentre).
+/// Settled tiles (uniform modes, with pruning): a round first bounds the centres with the tile's
+/// box (tileBoxKernel) and reads the tile's label state (Args::tileState). When one centre j is
+/// left and j was the label of all the tile's points in the last two assignments, the tile is
+/// settled: every point takes j again (the box proves it), so its labels, the labels of two
+/// iterations earlier, its changed and 2-cycle counts stay, and its sums are the tile's sum,
+/// precomputed by tileBoxKernel exactly as the one-label case below computes it. The round adds
+/// that sum to slot 0 and 128 to j's count, and reads no row and no label. Results are bit for
+/// bit those of the full pass. (Mixed modes do not settle: the fallback count of j's pairs would
+/// need the rows.)
 /// Sums: per round, a lane whose points share one label sums them pairwise (its lane sum). When
 /// all the tile's 128 points share one label, warpSum8 sums the lane sums over the lanes and one
 /// lane per feature adds its total into slot 0. Otherwise each of the tile's first kMaskedLabels
@@ -1101,6 +1248,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   // resident blocks to two). The scalar mixed pass (bf16 and fp32>fp64 fallbacks) has none to
   // spare, so it loads them after the assignment, all before any store.
   constexpr bool kEarlyLabels = kPacked || !kFallback;
+  // Settled tiles (uniform modes; see above).
+  constexpr bool kSettle = !kFallback;
   constexpr int P = kFastPoints;
   static_assert(P == 4, "label words and lane sums take four points");
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1130,23 +1279,22 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   // The warp's tiles: tile = kWarps (b + r B) + warp in round r for block b of B, in band
   // tile / tileCols (rows kTileRows band ...) and column tile mod tileCols.
   const int tStride = a.blocks * kWarps;
-  // The lane's group in the tile at (b, c) (points P group ... P group + P - 1, group < 2^32);
-  // false when the tile has no such group (a short row, or rows beyond the image).
-  auto groupOf = [&](int b, int c, unsigned& group) {
-    const int y = b * kTileRows + (lane / kTileGroups);
-    if (y >= a.tileRows) return false;
-    const long long g0 = ((long long)y * a.tileW + (P - 1)) / P;  // the row's first group
-    const long long g1 = ((long long)(y + 1) * a.tileW + (P - 1)) / P;
-    const long long g = g0 + c * kTileGroups + (lane % kTileGroups);
-    group = unsigned(g);
-    return g < g1 && g * P < a.n;
-  };
   // A tile's rows and labels are fetched into L2 while the warp's round before it computes (the
   // first tile's while the block sets up), so that a round's loads wait for L2, not device
   // memory. Each lane fetches the lines of its own group.
-  auto prefetchTile = [&](int b, int c) {
+  auto prefetchTile = [&](int t, int b, int c) {
+    if (assign && a.prune && lane == 0) {
+      const char* box = reinterpret_cast<const char*>(a.boxes + t);
+      prefetchL2(box);
+      prefetchL2(box + sizeof(Box<DT>) - 1);
+      if (kSettle && a.tileState) {
+        prefetchL2(a.tileState + t);
+        prefetchL2(a.tileSums + std::size_t(t) * DT);
+        prefetchL2(a.tileSums + std::size_t(t) * DT + DT - 1);
+      }
+    }
     unsigned group;
-    if (!groupOf(b, c, group)) return;
+    if (!tileGroup(a, b, c, lane, group)) return;
     const long long first = (long long)group * P;
     const char* r = reinterpret_cast<const char*>(a.xw + first * DT);
     prefetchL2(r);
@@ -1159,7 +1307,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   if (int(blockIdx.x) * kWarps + warp < a.tiles) {
     const int t = int(blockIdx.x) * kWarps + warp;
     const int b = t / a.tileCols;
-    prefetchTile(b, t - b * a.tileCols);
+    prefetchTile(t, b, t - b * a.tileCols);
   }
   for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
   for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
@@ -1196,41 +1344,38 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   const int myPhase = lane >> slotShift;
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
   for (int tile = int(blockIdx.x) * kWarps + warp; tile < a.tiles; tile += tStride) {
-    // The tile's band and column (and the next round's, for the prefetch).
-    auto bandOf = [&](int t) {
-      return int(fastDivide(unsigned(t), a.tileColsMagic, a.tileColsShift1, a.tileColsShift2));
-    };
+    // The next round's tile, for the prefetch.
     if (tile + tStride < a.tiles) {
-      const int b = bandOf(tile + tStride);
-      prefetchTile(b, tile + tStride - b * a.tileCols);
+      const int b = tileBand(a, tile + tStride);
+      prefetchTile(tile + tStride, b, tile + tStride - b * a.tileCols);
     }
-    // The lane's group: P consecutive points from `first` (see above). A lane without one takes
-    // the rows of the first lane that has one, for the box only; when all P points exist
-    // ("whole"), rows and labels move with 16-byte and word accesses.
-    unsigned group = 0;
-    const int band = bandOf(tile);
-    const bool inTile = groupOf(band, tile - band * a.tileCols, group);
-    const long long first = (long long)group * P;
-    const unsigned lanesIn = __ballot_sync(0xffffffffu, inTile);
-    if (lanesIn == 0) continue;  // rows beyond the image (narrow images only)
-    const long long stand = (long long)__shfl_sync(0xffffffffu, group, __ffs(lanesIn) - 1) * P;
-    const int have = inTile ? int(min(a.n - first, (long long)P)) : 0;
-    const bool whole = have == P;
+    // The candidates first: they need only the tile's box, and a settled tile needs no more.
+    if (assign && a.prune) {
+      // The tile's label state (Args::tileState).
+      const unsigned state = kSettle && a.tileState ? a.tileState[tile] : kNoTileLabel;
+      const int only = warpCandidates<kPacked>(a, scl, scp, loadBox(a.boxes + tile), cand, lane);
+      if (kSettle && only >= 0 && state == unsigned(only) * 0x10001u) {
+        // Settled: its one candidate wins for every point, and it is the label of all of them in
+        // both label arrays. Nothing changes; the sums take the tile's precomputed sum, as the
+        // one-label case below would compute it, and its rows and labels are not read.
+        if ((lane & 3) == 0 && lane < 4 * DT) {
+          WT* t = warpAcc + (std::size_t(only) * DT + (lane >> 2)) * slots;
+          *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
+        }
+        if (lane == 0) atomicAdd(&count[only], 32u * P);
+        __syncwarp();
+        continue;
+      }
+    }
     WT w[P][DT];
+    long long first;
+    int have;
+    if (!loadTileRows(a, tile, lane, w, first, have)) continue;
+    const bool whole = have == P;
     int label[P];
     bool valid[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) valid[p] = p < have;
-    if (whole) {
-      loadRows<P>(a.xw + first * DT, w);
-    } else {
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const WT* wr = a.xw + (valid[p] ? first + p : stand) * DT;
-#pragma unroll
-        for (int q = 0; q < DT; ++q) w[p][q] = wr[q];
-      }
-    }
     // The labels this round replaces (and those of two iterations earlier), one word each.
     LabelWord<LabelT> oldWord = 0, twoAgoWord = 0;
     auto loadOld = [&]() {
@@ -1253,7 +1398,6 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     if constexpr (kEarlyLabels) loadOld();
     if (assign) {
       int best[P];
-      if (a.prune) warpCandidates<kPacked>(a, scl, scp, w, cand, lane);
       if constexpr (kPacked)
         packedAssign<P>(a, scp, sch, cand, w, valid, best, fallbacks);
       else
@@ -1313,6 +1457,16 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     for (int p = 1; p < P; ++p) laneOne = laneOne && label[p] == label[0];
     const int l0 = __shfl_sync(0xffffffffu, label[0], 0);
     const bool warpOne = __all_sync(0xffffffffu, laneOne && label[0] == l0);
+    if constexpr (kSettle) {
+      // The tile's new label state: one label only when all its 128 points exist (laneOne).
+      // (The state is read again rather than kept: the uniform fp32 pass has no register to
+      // spare.)
+      if (assign && a.tileState && lane == 0) {
+        const unsigned state = a.tileState[tile];
+        const unsigned next = (warpOne ? unsigned(l0) : kNoTileLabel) | state << 16;
+        if (next != state) a.tileState[tile] = next;
+      }
+    }
     WT sum[DT];
 #pragma unroll
     for (int q = 0; q < DT; ++q) sum[q] = (w[0][q] + w[1][q]) + (w[2][q] + w[3][q]);
@@ -1492,6 +1646,10 @@ __global__ void __launch_bounds__(kOneBlockThreads) reseedKernel(Args<LowT, High
       if (threadIdx.x == 0) {
         --a.counts[a.labels[pick]];
         a.labels[pick] = LabelT(j);
+        // The picked point's tile no longer has one label. (The next assignment could not settle
+        // it anyway: the new centre j is that point, so j is a candidate of its tile, and j was
+        // nobody's label. The state still follows the label arrays.)
+        if (a.tileState) a.tileState[tileOfPoint(a, pick)] = kNoTileLabel * 0x10001u;
         a.counts[j] = 1;
       }
       ++events;
@@ -1720,9 +1878,13 @@ class Run final : public LloydRun {
 
     const bool needX64 = p.traceSse && !std::is_same_v<WT, double>;
     const bool needLow = !kSharedLow && !fast_;
+    const bool needBoxes = fast_ && p.useBounds;
+    const bool needSettle = needBoxes && !kFallback;
+    const std::size_t tileBytes =
+        (needBoxes ? sizeof(Box<kFastD>) : 0) + (needSettle ? kFastD * sizeof(WT) + 4 : 0);
     std::size_t need = nd * sizeof(WT) + (needLow ? nd * sizeof(LowT) : 0) +
-                       (needX64 ? nd * sizeof(double) : 0) + 2 * n_ * sizeof(LabelT) +
-                       std::size_t(blocks_) * perBlock;
+                       std::size_t(tiles_) * tileBytes + (needX64 ? nd * sizeof(double) : 0) +
+                       2 * n_ * sizeof(LabelT) + std::size_t(blocks_) * perBlock;
     std::size_t freeB = 0, totalB = 0;
     KMSEG_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
     if (need > freeB)
@@ -1744,6 +1906,11 @@ class Run final : public LloydRun {
       x64_ = track(DeviceBuffer<double>(nd, "the fp64 features for the SSE"));
       KMSEG_CUDA_CHECK(cudaMemcpyAsync(x64_.get(), x.values.data(), nd * sizeof(double),
                                        cudaMemcpyHostToDevice, stream_.get()));
+    }
+    if (needBoxes) boxes_ = track(DeviceBuffer<Box<kFastD>>(std::size_t(tiles_), "the tile boxes"));
+    if (needSettle) {
+      tileSums_ = track(DeviceBuffer<WT>(std::size_t(tiles_) * kFastD, "the tile sums"));
+      tileState_ = track(DeviceBuffer<unsigned>(std::size_t(tiles_), "the tile label states"));
     }
     labels_ = track(DeviceBuffer<LabelT>(n_, "the labels"));
     twoAgo_ = track(DeviceBuffer<LabelT>(n_, "the labels of two iterations earlier"));
@@ -1797,6 +1964,9 @@ class Run final : public LloydRun {
       const double u = unitRoundoff(lowPrecision(p.mode));
       auto up = [](double v) { return std::nextafter(float(v), __builtin_huge_valf()); };
       args_.prune = p.useBounds;
+      args_.boxes = boxes_.get();
+      args_.tileSums = tileSums_.get();
+      args_.tileState = tileState_.get();
       args_.pruneErr = up(1.05 * 2.0 * gammaN(d_ + 2, u) + 0x1p-18);
       args_.pruneEta = kFallback ? up(1.05 * u) : 0.f;
       args_.pruneThr =
@@ -1978,6 +2148,7 @@ class Run final : public LloydRun {
       return;
     }
     KMSEG_LAUNCH(resetKernel<A>, 1, kOneBlockThreads, 0, s, args_);
+    launchBoxes(s);
     for (int it = 0; it < maxIt_; ++it) {
       launchAssignReseed(s);
       launchSumsAgain(s);
@@ -1987,6 +2158,15 @@ class Run final : public LloydRun {
       KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
       afterIteration();
       if (st.stop || st.cancelled) break;
+    }
+  }
+
+  // The fast pass's tile boxes (once per run, before the loop), when it prunes.
+  void launchBoxes(cudaStream_t s) {
+    if constexpr (kFastD > 0) {
+      if (!boxes_.get()) return;
+      auto kernel = tileBoxKernel<LowT, HighT, WT, LabelT, kFastD>;
+      KMSEG_LAUNCH(kernel, unsigned(boxBlocks_), kAssignThreads, 0, s, args_);
     }
   }
 
@@ -2094,6 +2274,7 @@ class Run final : public LloydRun {
     tileCols_ = int(cols);
     tiles_ = int(tiles);
     blocks_ = int(blocks);
+    boxBlocks_ = int(std::min((tiles + kWarps - 1) / kWarps, 16ll * sms));
     // The SSE pass splits the points evenly over the same blocks.
     chunk_ = std::size_t((n + blocks_ - 1) / blocks_);
   }
@@ -2114,6 +2295,7 @@ class Run final : public LloydRun {
     KMSEG_CUDA_CHECK(
         cudaStreamBeginCaptureToGraph(s, g, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
     KMSEG_LAUNCH(resetKernel<A>, 1, kOneBlockThreads, 0, s, args_);
+    launchBoxes(s);
     cudaGraph_t captured = nullptr;
     KMSEG_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
     std::size_t count = 0;
@@ -2175,6 +2357,7 @@ class Run final : public LloydRun {
   std::size_t shared_ = 0, chunk_ = 0;
   int blocks_ = 0;
   int tileW_ = 0, tileRows_ = 0, tileCols_ = 0, tiles_ = 0;  // the fast pass's tiles
+  int boxBlocks_ = 0;                                        // tileBoxKernel's grid
   std::size_t allocated_ = 0;
   Stream stream_;
   Event start_, stop_;
@@ -2183,6 +2366,9 @@ class Run final : public LloydRun {
   DeviceBuffer<LowT> xl_;
   DeviceBuffer<double> x64_;
   DeviceBuffer<LabelT> labels_, twoAgo_;
+  DeviceBuffer<Box<kFastD>> boxes_;
+  DeviceBuffer<WT> tileSums_;
+  DeviceBuffer<unsigned> tileState_;
   DeviceBuffer<WT> cw_, cwNew_, cInit_;
   DeviceBuffer<LowT> cl_, ccl_;
   DeviceBuffer<H> ch_;
