@@ -142,12 +142,13 @@ struct Mapped {
 };
 
 /// The box of a tile of the fast pass (see warpCandidates): per feature the least and greatest
-/// x~_q over the tile's points, and an upper bound of ||x~||^2 over the box (and its root, for the
-/// mixed modes' eta term). tileBoxKernel computes every tile's once per run.
+/// x~_q over the tile's points, and an upper and a lower bound of ||x~||^2 over the box (the
+/// lower one for the mixed modes' reliability classes). tileBoxKernel computes every tile's once
+/// per run.
 template <int DT>
 struct alignas(16) Box {
   float lo[DT], hi[DT];
-  float norm, root;
+  float norm, normLo;
 };
 
 template <class LowT, class HighT, class WT, class LabelT>
@@ -200,6 +201,11 @@ struct Args {
   // reliability threshold fl_H(factor s) from above.
   int prune;
   float pruneErr, pruneEta, pruneThr;
+  // Mixed modes (see centreBounds): errH * (||x~||^2 + ||c~||^2) + 2^-20 bounds the rounding of
+  // the direct formula in H and of the bounds in float; rel1 <= rho' / (rho' + 1) and rel2 >=
+  // rho' / (rho' - 1) for rho' = rho (1 - 1.05 gamma_{D+1}(u_low) - 2^-16) (1 - 2 u_H); thrLo
+  // (||x~||^2 + ||c~||^2) bounds fl_H(factor s) from below.
+  float pruneErrH, pruneRel1, pruneRel2, pruneThrLo;
   Box<kFastD>* boxes;  // the fast pass's tile boxes (tiles of them) when it prunes
   // Settled tiles (see assignFastKernel), when the fast pass prunes in a uniform mode, else null:
   // per tile the sum of its points (D values in W, as warpSum8 adds them) and its label state
@@ -852,20 +858,22 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
 // Each tile's P x 32 points are bounded by a box: per feature the least and the greatest x~_q,
 // as floats rounded outwards. The data does not change between iterations, so tileBoxKernel
 // computes every tile's box once per run and each round of the pass loads its tile's (48 bytes
-// against the rows' 640; the warp's min / max reductions were about a sixth of the pass's
-// instructions, and the bounds now need no row, so they run while the rows load). For every centre
-// j it bounds the exact squared distance from any point of the box to c~_j: L_j <= ||x~ - c~_j||^2
-// <= U_j. The value a pair takes in the scan (d^, or in a mixed mode the direct distance from the W
-// rows when it falls back) is within M_j of the exact ||x~ - c~_j||^2 (Args::pruneErr, pruneEta,
-// and an absolute 2^-20 for 16-bit subnormals). A centre with L_j - M_j > min_i (U_i + M_i) is, for
-// every point of the box, strictly farther than that best centre i, so it can neither win nor tie
-// and the scan skips it. In a mixed mode a skipped centre must also be one whose low-precision
-// distance the reliability test provably accepts (L_j - M_j > thr (||x~||^2 + ||c~||^2)), so that
-// it adds no fallback. Labels, fallback counts and sums are therefore bit-identical to the full
-// scan (KMeansParams::useBounds = false turns pruning off; a GPU test compares the two). The warp's
-// points scan the union of their candidates, in increasing index order. The bounds are computed
-// in float; the margins (err's 2^-18 part) cover their rounding and that of fp64 centres and
-// rows to float. The packed pass scans a centre pair when either centre is a candidate.
+// against the rows' 640), before any row: the bounds need no row. For every centre j it bounds
+// the exact squared distance from any point of the box to c~_j: L_j <= ||x~ - c~_j||^2 <= U_j,
+// and from those the value a pair can take in the scan: low_j <= value <= high_j (centreBounds;
+// uniform modes: d^, within M_j = err (||x~||^2 + ||c~||^2) + 2^-20 of the exact value; mixed
+// modes: d^ or the direct distance from the W rows, with the reliability test's own guarantee).
+// A centre with low_j > min_i high_i is, for every point of the box, strictly farther than that
+// best centre i, so it can neither win nor tie and the scan may skip it. In a mixed mode it is
+// skipped only when its pairs' fallbacks are known without evaluating them: when the reliability
+// test provably accepts every pair (L_j - M_j > thr (||x~||^2 + ||c~||^2)), or provably rejects
+// every pair (U_j + M_j < thrLo (lower bound of ||x~||^2 + ||c~||^2)); the pass then adds the
+// rejected pairs of the tile's points to the fallback count. Labels, fallback counts and sums are
+// therefore bit-identical to the full scan (KMeansParams::useBounds = false turns pruning off; a
+// GPU test compares the two). The warp's points scan the union of their candidates, in
+// increasing index order. The bounds are computed in float; the margins (err's 2^-18 part, errH)
+// cover their rounding and that of fp64 centres and rows to float. The packed pass scans a centre
+// pair when either centre is a candidate (and counts the fallbacks of both there).
 
 // Order-preserving map of (non-NaN) floats to signed integers, for the warp's integer min / max:
 // non-negative floats keep their bits, negative ones flip their magnitude bits (-0 maps below +0).
@@ -898,11 +906,34 @@ __device__ inline float lowAsFloat(WT w, bool up) {
     return convert<float>(convert<LowT>(w));
 }
 
-/// low = L_j - M_j and high = U_j + M_j for centre c (as floats) and its norm cc (see above);
-/// in a mixed mode low = -inf unless the reliability test provably accepts every point's pair.
+/// The reliability class of a centre's pairs with every point of a box (mixed modes; see
+/// centreBounds): unknown, all accepted, or all falling back.
+enum PairClass : int { kClassUnknown = 0, kClassReliable = 1, kClassFalls = 2 };
+
+/// Pruning constants of a mixed mode, rounded to float outwards (Args::prune*).
+struct MixedBounds {
+  float root;    // an upper bound of ||x~|| over the box
+  float errH;    // relative margin of the direct formula's value (H rounding, float bounds)
+  float rel1;    // rho' / (rho' + 1), rounded down
+  float rel2;    // rho' / (rho' - 1), rounded up
+  float thrLo;   // a lower bound of fl_H(factor s) / (||x~||^2 + ||c~||^2)
+  float normLo;  // a lower bound of ||x~||^2 over the box
+};
+
+/// For centre c (as floats) and its norm cc (see above): low <= the value any point's pair takes
+/// <= high, and in a mixed mode the pairs' reliability class. Uniform modes: low = L_j - M_j,
+/// high = U_j + M_j (class reliable). Mixed modes: a pair's value is d^ (error <= M1 = err n) or,
+/// when it falls back, the direct distance (error <= M2, the eta and H-rounding terms); and when
+/// d^ passes the test, d^ > fl_H(factor s) >= rho' |d^ - d~| (the test's factor is rho times the
+/// error bound's, less the rounding of s), so d~ rho' / (rho' + 1) <= d^ <= d~ rho' / (rho' - 1).
+/// Hence low = max(L - max(M1, M2), min(rel1 L, L - M2)), high = min(U + max(M1, M2),
+/// max(rel2 U, U + M2)), which for the near centres is much tighter than the M1 margin alone.
+/// The class: reliable when L - M1 > thr n (d^ passes for every point), falls when
+/// U + M1 < thrLo nLo (d^ <= fl_H(factor s) for every point).
 template <bool kFallback, int DT>
 __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float err,
-                                    float eta, float thr, float& low, float& high) {
+                                    float eta, float thr, const MixedBounds& mb, float& low,
+                                    float& high, int& cls) {
   float l = 0.f, u = 0.f;
 #pragma unroll
   for (int q = 0; q < DT; ++q) {
@@ -912,15 +943,21 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     u = fmaf(du, du, u);
   }
   const float n = b.norm + cc;
-  float m = fmaf(err, n, 0x1p-20f);
+  const float m1 = fmaf(err, n, 0x1p-20f);
   if constexpr (kFallback) {
-    const float e = eta * (b.root + sqrtf(cc));
-    m = fmaf(e, fmaf(2.f, sqrtf(u), e), m);
+    const float e = eta * (mb.root + sqrtf(cc));
+    const float fe = fmaf(mb.errH, n, 0x1p-20f);
+    const float m2 = fmaf(e, fmaf(2.f, sqrtf(u), e), fe);
+    const float m = fmaxf(m1, m2);
+    high = fminf(u + m, fmaxf(mb.rel2 * (u + fe), u + m2));
+    low = fmaxf(l - m, fminf(mb.rel1 * (l - fe), l - m2));
+    cls = l - m1 > thr * n ? kClassReliable
+                           : (u + m1 < mb.thrLo * (mb.normLo + cc) ? kClassFalls : kClassUnknown);
+  } else {
+    high = u + m1;
+    low = l - m1;
+    cls = kClassReliable;
   }
-  high = u + m;
-  low = l - m;
-  if constexpr (kFallback)
-    if (!(low > thr * n)) low = -__builtin_huge_valf();
 }
 
 /// The box of a warp's points (rows w of every lane; see above). Every lane of the warp calls it
@@ -929,6 +966,7 @@ template <class LowT, bool kFallback, int P, class WT, int DT>
 __device__ inline Box<DT> warpBox(const WT (&w)[P][DT]) {
   Box<DT> b;
   b.norm = 0.f;
+  b.normLo = 0.f;
 #pragma unroll
   for (int q = 0; q < DT; ++q) {
     // The lane's extremes in W, then rounded: rounding is monotone, so fl_low(min w) = min x~
@@ -944,20 +982,38 @@ __device__ inline Box<DT> warpBox(const WT (&w)[P][DT]) {
     b.hi[q] = fromOrderedKey(warpMax(orderedKey(hi)));
     b.norm =
         fmaf(fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q])), fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q])), b.norm);
+    if constexpr (kFallback) {
+      // The least |x~_q| over the box: 0 when the box spans 0.
+      const float least = b.lo[q] > 0.f ? b.lo[q] : (b.hi[q] < 0.f ? -b.hi[q] : 0.f);
+      b.normLo = fmaf(least, least, b.normLo);
+    }
   }
-  b.root = kFallback ? sqrtf(b.norm) : 0.f;
   return b;
 }
 
+/// What warpCandidates found for a tile besides its candidate words.
+struct TileCandidates {
+  int only;  ///< the one candidate centre, or -1 when there are more (or none)
+  /// Mixed modes: the centres left out whose pairs all fall back (class falls), which the pass
+  /// counts as fallbacks without evaluating them: `skipped` of them when no centre is scanned,
+  /// `scanned` when the candidates are (the packed pass scans both centres of a pair).
+  int fallsSkipped, fallsScanned;
+  int onlyClass;  ///< the class of the one candidate's pairs (PairClass)
+};
+
 /// Writes the warp's candidate words cand[0, ceil(K / 32)) for its tile's box b (see above).
-/// Every lane of the warp calls it; the words are ready after the call. Returns the candidate
-/// when there is exactly one, else -1.
+/// Every lane of the warp calls it; the words are ready after the call. A centre is left out
+/// when it can neither win nor tie for any point of the box and, in a mixed mode, its pairs
+/// either all pass the reliability test or all fall back (counted, TileCandidates).
 template <bool kPacked, class A, class LC, class PC, int DT>
-__device__ inline int warpCandidates(const A& a, const LC* scl, const PC* scp, const Box<DT>& b,
-                                     unsigned* cand, int laneId) {
+__device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const PC* scp,
+                                                const Box<DT>& b, unsigned* cand, int laneId) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   constexpr bool kFallback = A::kFallback;
-  auto bounds = [&](int j, float& low, float& high) {
+  MixedBounds mb{};
+  if constexpr (kFallback)
+    mb = {sqrtf(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
+  auto bounds = [&](int j, float& low, float& high, int& cls) {
     float c[DT], cc;
     if constexpr (kPacked) {
       const PC& pc = scp[j >> 1];
@@ -971,33 +1027,61 @@ __device__ inline int warpCandidates(const A& a, const LC* scl, const PC* scp, c
       for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
       cc = convert<float>(lc.cc);
     }
-    centreBounds<kFallback>(b, c, cc, a.pruneErr, a.pruneEta, a.pruneThr, low, high);
+    centreBounds<kFallback>(b, c, cc, a.pruneErr, a.pruneEta, a.pruneThr, mb, low, high, cls);
   };
   // The least upper bound over all centres (non-negative, so the bits order as integers). The
-  // first 32 centres' lower bounds are kept for the test below (K <= 32: one evaluation each).
+  // first 32 centres' lower bounds and classes are kept for the test below (K <= 32: one
+  // evaluation each).
   float best = __builtin_huge_valf(), low0 = -__builtin_huge_valf();
-  if (laneId < a.k) bounds(laneId, low0, best);
+  int cls0 = kClassUnknown;
+  if (laneId < a.k) bounds(laneId, low0, best, cls0);
   for (int j = laneId + 32; j < a.k; j += 32) {
     float low, high;
-    bounds(j, low, high);
+    int cls;
+    bounds(j, low, high, cls);
     best = fminf(best, high);
   }
   best = __int_as_float(warpMin(__float_as_int(best)));
-  int count = 0, only = -1;
+  TileCandidates r{-1, 0, 0, kClassUnknown};
+  int count = 0;
   for (int j0 = 0; j0 < a.k; j0 += 32) {
     const int j = j0 + laneId;
     float low = low0, high;
+    int cls = cls0;
     if (j0 > 0) {
       low = -__builtin_huge_valf();
-      if (j < a.k) bounds(j, low, high);
+      cls = kClassUnknown;
+      if (j < a.k) bounds(j, low, high, cls);
     }
-    const unsigned word = __ballot_sync(0xffffffffu, j < a.k && !(low > best));
+    const bool out = j < a.k && low > best;  // can neither win nor tie
+    const unsigned word = __ballot_sync(0xffffffffu, j < a.k && !(out && cls != kClassUnknown));
     if (laneId == 0) cand[j0 >> 5] = word;
     count += __popc(word);
-    if (word) only = j0 + __ffs(word) - 1;
+    if (word) r.only = j0 + __ffs(word) - 1;
+    if constexpr (kFallback) {
+      const unsigned falls = __ballot_sync(0xffffffffu, j < a.k && cls == kClassFalls);
+      r.fallsSkipped += __popc(falls & ~word);
+      if constexpr (kPacked) {
+        // Both centres of a pair with a candidate are scanned (and counted there).
+        unsigned pairs = (word | word >> 1) & 0x55555555u;
+        pairs |= pairs << 1;
+        r.fallsScanned += __popc(falls & ~pairs);
+      } else {
+        r.fallsScanned += __popc(falls & ~word);
+      }
+      const unsigned sure = __ballot_sync(0xffffffffu, j < a.k && cls == kClassReliable);
+      if (word) {
+        const int bit = __ffs(word) - 1;
+        r.onlyClass =
+            falls >> bit & 1 ? kClassFalls : (sure >> bit & 1 ? kClassReliable : kClassUnknown);
+      }
+    } else {
+      r.onlyClass = kClassReliable;
+    }
   }
   __syncwarp();
-  return count == 1 ? only : -1;
+  if (count != 1) r.only = -1;
+  return r;
 }
 
 /// Candidate words per warp of the fast pass: one bit per centre.
@@ -1154,7 +1238,7 @@ __device__ inline Box<DT> loadBox(const Box<DT>* src) {
 #pragma unroll
   for (int q = 0; q < DT; ++q) b.lo[q] = f[q], b.hi[q] = f[DT + q];
   b.norm = f[2 * DT];
-  b.root = f[2 * DT + 1];
+  b.normLo = f[2 * DT + 1];
   return b;
 }
 
@@ -1218,9 +1302,10 @@ __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT
 /// settled: every point takes j again (the box proves it), so its labels, the labels of two
 /// iterations earlier, its changed and 2-cycle counts stay, and its sums are the tile's sum,
 /// precomputed by tileBoxKernel exactly as the one-label case below computes it. The round adds
-/// that sum to slot 0 and 128 to j's count, and reads no row and no label. Results are bit for
-/// bit those of the full pass. (Mixed modes do not settle: the fallback count of j's pairs would
-/// need the rows.)
+/// that sum to slot 0 and 128 to j's count, and reads no row and no label. In a mixed mode a tile
+/// settles only when the reliability test provably accepts all of j's pairs or provably rejects
+/// them all; with the centres left out (each accepted or rejected for every point), the tile's
+/// fallbacks are then known too. Results are bit for bit those of the full pass.
 /// Sums: per round, a lane whose points share one label sums them pairwise (its lane sum). When
 /// all the tile's 128 points share one label, warpSum8 sums the lane sums over the lanes and one
 /// lane per feature adds its total into slot 0. Otherwise each of the tile's first kMaskedLabels
@@ -1248,8 +1333,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   // resident blocks to two). The scalar mixed pass (bf16 and fp32>fp64 fallbacks) has none to
   // spare, so it loads them after the assignment, all before any store.
   constexpr bool kEarlyLabels = kPacked || !kFallback;
-  // Settled tiles (uniform modes; see above).
-  constexpr bool kSettle = !kFallback;
+  // Settled tiles (see above).
+  constexpr bool kSettle = true;
   constexpr int P = kFastPoints;
   static_assert(P == 4, "label words and lane sums take four points");
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1350,14 +1435,21 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       prefetchTile(tile + tStride, b, tile + tStride - b * a.tileCols);
     }
     // The candidates first: they need only the tile's box, and a settled tile needs no more.
+    int fallsScanned = 0;  // mixed modes: centres left out whose pairs all fall back
     if (assign && a.prune) {
       // The tile's label state (Args::tileState).
       const unsigned state = kSettle && a.tileState ? a.tileState[tile] : kNoTileLabel;
-      const int only = warpCandidates<kPacked>(a, scl, scp, loadBox(a.boxes + tile), cand, lane);
-      if (kSettle && only >= 0 && state == unsigned(only) * 0x10001u) {
+      const TileCandidates tc =
+          warpCandidates<kPacked>(a, scl, scp, loadBox(a.boxes + tile), cand, lane);
+      if (kSettle && tc.only >= 0 && tc.onlyClass != kClassUnknown &&
+          state == unsigned(tc.only) * 0x10001u) {
         // Settled: its one candidate wins for every point, and it is the label of all of them in
         // both label arrays. Nothing changes; the sums take the tile's precomputed sum, as the
-        // one-label case below would compute it, and its rows and labels are not read.
+        // one-label case below would compute it, and its rows and labels are not read. In a mixed
+        // mode every pair's class is known: the falling ones are the fallbacks.
+        const int only = tc.only;
+        if constexpr (kFallback)
+          fallbacks += unsigned(P * (tc.fallsSkipped + (tc.onlyClass == kClassFalls ? 1 : 0)));
         if ((lane & 3) == 0 && lane < 4 * DT) {
           WT* t = warpAcc + (std::size_t(only) * DT + (lane >> 2)) * slots;
           *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
@@ -1366,12 +1458,14 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         __syncwarp();
         continue;
       }
+      fallsScanned = tc.fallsScanned;
     }
     WT w[P][DT];
     long long first;
     int have;
     if (!loadTileRows(a, tile, lane, w, first, have)) continue;
     const bool whole = have == P;
+    if constexpr (kFallback) fallbacks += unsigned(have * fallsScanned);
     int label[P];
     bool valid[P];
 #pragma unroll
@@ -1879,7 +1973,7 @@ class Run final : public LloydRun {
     const bool needX64 = p.traceSse && !std::is_same_v<WT, double>;
     const bool needLow = !kSharedLow && !fast_;
     const bool needBoxes = fast_ && p.useBounds;
-    const bool needSettle = needBoxes && !kFallback;
+    const bool needSettle = needBoxes;
     const std::size_t tileBytes =
         (needBoxes ? sizeof(Box<kFastD>) : 0) + (needSettle ? kFastD * sizeof(WT) + 4 : 0);
     std::size_t need = nd * sizeof(WT) + (needLow ? nd * sizeof(LowT) : 0) +
@@ -1971,6 +2065,16 @@ class Run final : public LloydRun {
       args_.pruneEta = kFallback ? up(1.05 * u) : 0.f;
       args_.pruneThr =
           kFallback ? up(double(args_.factor) * (1.0 + 8.0 * u) * (1.0 + 0x1p-16)) : 0.f;
+      if constexpr (kFallback) {
+        auto down = [](double v) { return std::nextafter(float(v), -__builtin_huge_valf()); };
+        const double uH = std::is_same_v<H, float> ? 0x1p-24 : 0x1p-53;
+        args_.pruneErrH = up(2.1 * (2.0 * gammaN(d_ + 2, uH) + 0x1p-18));
+        const double rho = p.rho * (1.0 - 1.05 * gammaN(d_ + 1, u) - 0x1p-16) * (1.0 - 2.0 * uH);
+        args_.pruneRel1 = down(rho / (rho + 1.0));
+        args_.pruneRel2 = up(rho / (rho - 1.0));
+        args_.pruneThrLo =
+            down(double(args_.factor) * (1.0 - gammaN(d_ + 1, u)) * (1.0 - uH) * (1.0 - 0x1p-16));
+      }
     }
     if constexpr (kPackedLow<LowT>) {
       // The packed test's factor f' >= f (1 + 4 u_low), rounded up to LowT (see packedAssign).
