@@ -926,10 +926,11 @@ struct MixedBounds {
 /// when it falls back, the direct distance (error <= M2, the eta and H-rounding terms); and when
 /// d^ passes the test, d^ > fl_H(factor s) >= rho' |d^ - d~| (the test's factor is rho times the
 /// error bound's, less the rounding of s), so d~ rho' / (rho' + 1) <= d^ <= d~ rho' / (rho' - 1).
-/// Hence low = max(L - max(M1, M2), min(rel1 L, L - M2)), high = min(U + max(M1, M2),
-/// max(rel2 U, U + M2)), which for the near centres is much tighter than the M1 margin alone.
 /// The class: reliable when L - M1 > thr n (d^ passes for every point), falls when
-/// U + M1 < thrLo nLo (d^ <= fl_H(factor s) for every point).
+/// U + M1 < thrLo nLo (d^ <= fl_H(factor s) for every point). Reliable: the value is d^, in
+/// [max(L - M1, rel1 L), min(U + M1, rel2 U)]; falls: the direct distance, in [L - M2, U + M2];
+/// unknown: either. For the near centres (whose pairs mostly fall back) this is much tighter
+/// than the M1 margin alone.
 template <bool kFallback, int DT>
 __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float err,
                                     float eta, float thr, const MixedBounds& mb, float& low,
@@ -948,11 +949,13 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     const float e = eta * (mb.root + sqrtf(cc));
     const float fe = fmaf(mb.errH, n, 0x1p-20f);
     const float m2 = fmaf(e, fmaf(2.f, sqrtf(u), e), fe);
-    const float m = fmaxf(m1, m2);
-    high = fminf(u + m, fmaxf(mb.rel2 * (u + fe), u + m2));
-    low = fmaxf(l - m, fminf(mb.rel1 * (l - fe), l - m2));
     cls = l - m1 > thr * n ? kClassReliable
                            : (u + m1 < mb.thrLo * (mb.normLo + cc) ? kClassFalls : kClassUnknown);
+    // Bounds of the accepted value d^, of the fallback's direct distance, and of either.
+    const float lowR = fmaxf(l - m1, mb.rel1 * (l - fe)), highR = fminf(u + m1, mb.rel2 * (u + fe));
+    const float lowF = l - m2, highF = u + m2;
+    low = cls == kClassReliable ? lowR : (cls == kClassFalls ? lowF : fminf(lowR, lowF));
+    high = cls == kClassReliable ? highR : (cls == kClassFalls ? highF : fmaxf(highR, highF));
   } else {
     high = u + m1;
     low = l - m1;
