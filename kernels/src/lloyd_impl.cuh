@@ -1225,7 +1225,7 @@ __device__ inline bool loadTileRows(const A& a, int tile, int lane, WT (&w)[P][D
   return true;
 }
 
-/// A tile's box, with 16-byte loads (lo, hi, norm and root as consecutive floats).
+/// A tile's box, with 16-byte loads (lo, hi, norm and normLo as consecutive floats).
 template <int DT>
 __device__ inline Box<DT> loadBox(const Box<DT>* src) {
   constexpr int kFloats = 2 * DT + 2;
@@ -1245,10 +1245,10 @@ __device__ inline Box<DT> loadBox(const Box<DT>* src) {
   return b;
 }
 
-/// Every tile's box for the fast pass's pruning (warpBox over the rows that tileRows gives, so
-/// the pass's candidates are those of boxes computed from its own rows), once per run: the data
-/// does not change between iterations. A tile without points gets an empty box (never read).
-/// Grid-stride, one warp per tile.
+/// Every tile's box for the fast pass's pruning (warpBox over the rows that loadTileRows gives),
+/// once per run: the data does not change between iterations. A tile without points gets an
+/// empty box (never read). With Args::tileState also each tile's sum (read only for settled
+/// tiles, which are whole) and its label state "none". Grid-stride, one warp per tile.
 template <class LowT, class HighT, class WT, class LabelT, int DT>
 __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT, WT, LabelT> a) {
   using A = Args<LowT, HighT, WT, LabelT>;
@@ -1299,7 +1299,7 @@ __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT
 /// rest. Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
 /// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre or
 /// PairCentre, HighCentre).
-/// Settled tiles (uniform modes, with pruning): a round first bounds the centres with the tile's
+/// Settled tiles (with pruning): a round first bounds the centres with the tile's
 /// box (tileBoxKernel) and reads the tile's label state (Args::tileState). When one centre j is
 /// left and j was the label of all the tile's points in the last two assignments, the tile is
 /// settled: every point takes j again (the box proves it), so its labels, the labels of two
@@ -1336,8 +1336,6 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   // resident blocks to two). The scalar mixed pass (bf16 and fp32>fp64 fallbacks) has none to
   // spare, so it loads them after the assignment, all before any store.
   constexpr bool kEarlyLabels = kPacked || !kFallback;
-  // Settled tiles (see above).
-  constexpr bool kSettle = true;
   constexpr int P = kFastPoints;
   static_assert(P == 4, "label words and lane sums take four points");
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1375,7 +1373,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       const char* box = reinterpret_cast<const char*>(a.boxes + t);
       prefetchL2(box);
       prefetchL2(box + sizeof(Box<DT>) - 1);
-      if (kSettle && a.tileState) {
+      if (a.tileState) {
         prefetchL2(a.tileState + t);
         prefetchL2(a.tileSums + std::size_t(t) * DT);
         prefetchL2(a.tileSums + std::size_t(t) * DT + DT - 1);
@@ -1441,11 +1439,10 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     int fallsScanned = 0;  // mixed modes: centres left out whose pairs all fall back
     if (assign && a.prune) {
       // The tile's label state (Args::tileState).
-      const unsigned state = kSettle && a.tileState ? a.tileState[tile] : kNoTileLabel;
+      const unsigned state = a.tileState ? a.tileState[tile] : kNoTileLabel;
       const TileCandidates tc =
           warpCandidates<kPacked>(a, scl, scp, loadBox(a.boxes + tile), cand, lane);
-      if (kSettle && tc.only >= 0 && tc.onlyClass != kClassUnknown &&
-          state == unsigned(tc.only) * 0x10001u) {
+      if (tc.only >= 0 && tc.onlyClass != kClassUnknown && state == unsigned(tc.only) * 0x10001u) {
         // Settled: its one candidate wins for every point, and it is the label of all of them in
         // both label arrays. Nothing changes; the sums take the tile's precomputed sum, as the
         // one-label case below would compute it, and its rows and labels are not read. In a mixed
@@ -1554,15 +1551,12 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     for (int p = 1; p < P; ++p) laneOne = laneOne && label[p] == label[0];
     const int l0 = __shfl_sync(0xffffffffu, label[0], 0);
     const bool warpOne = __all_sync(0xffffffffu, laneOne && label[0] == l0);
-    if constexpr (kSettle) {
-      // The tile's new label state: one label only when all its 128 points exist (laneOne).
-      // (The state is read again rather than kept: the uniform fp32 pass has no register to
-      // spare.)
-      if (assign && a.tileState && lane == 0) {
-        const unsigned state = a.tileState[tile];
-        const unsigned next = (warpOne ? unsigned(l0) : kNoTileLabel) | state << 16;
-        if (next != state) a.tileState[tile] = next;
-      }
+    // The tile's new label state: one label only when all its 128 points exist (laneOne). (The
+    // state is read again rather than kept: the uniform fp32 pass has no register to spare.)
+    if (assign && a.tileState && lane == 0) {
+      const unsigned state = a.tileState[tile];
+      const unsigned next = (warpOne ? unsigned(l0) : kNoTileLabel) | state << 16;
+      if (next != state) a.tileState[tile] = next;
     }
     WT sum[DT];
 #pragma unroll
