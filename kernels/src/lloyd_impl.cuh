@@ -1368,17 +1368,21 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   // A tile's rows and labels are fetched into L2 while the warp's round before it computes (the
   // first tile's while the block sets up), so that a round's loads wait for L2, not device
   // memory. Each lane fetches the lines of its own group.
-  auto prefetchTile = [&](int t, int b, int c) {
+  auto prefetchMeta = [&](int t) {
     if (assign && a.prune && lane == 0) {
       const char* box = reinterpret_cast<const char*>(a.boxes + t);
       prefetchL2(box);
       prefetchL2(box + sizeof(Box<DT>) - 1);
       if (a.tileState) {
         prefetchL2(a.tileState + t);
+        if (t + tStride < a.tiles) prefetchL2(a.tileState + t + tStride);
         prefetchL2(a.tileSums + std::size_t(t) * DT);
         prefetchL2(a.tileSums + std::size_t(t) * DT + DT - 1);
       }
     }
+  };
+  auto prefetchRows = [&](int t) {
+    const int b = tileBand(a, t), c = t - b * a.tileCols;
     unsigned group;
     if (!tileGroup(a, b, c, lane, group)) return;
     const long long first = (long long)group * P;
@@ -1392,8 +1396,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   };
   if (int(blockIdx.x) * kWarps + warp < a.tiles) {
     const int t = int(blockIdx.x) * kWarps + warp;
-    const int b = t / a.tileCols;
-    prefetchTile(t, b, t - b * a.tileCols);
+    prefetchMeta(t);
+    prefetchRows(t);
   }
   for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
   for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
@@ -1430,11 +1434,23 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   const int myPhase = lane >> slotShift;
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
   for (int tile = int(blockIdx.x) * kWarps + warp; tile < a.tiles; tile += tStride) {
-    // The next round's tile, for the prefetch.
-    if (tile + tStride < a.tiles) {
-      const int b = tileBand(a, tile + tStride);
-      prefetchTile(tile + tStride, b, tile + tStride - b * a.tileCols);
+    // The next round's tile, for the prefetch. When tiles may settle, its rows and labels wait
+    // for its label state (read now, used after this tile's candidates): a tile whose last two
+    // assignments gave all its points one label will likely settle, and then needs no rows.
+    const int next = tile + tStride;
+    unsigned nextState = kNoTileLabel;
+    const bool rowsByState = assign && a.tileState && next < a.tiles;
+    if (next < a.tiles) {
+      prefetchMeta(next);
+      if (rowsByState)
+        nextState = a.tileState[next];
+      else
+        prefetchRows(next);
     }
+    auto prefetchNextRows = [&]() {
+      const unsigned l = nextState & 0xffffu;
+      if (rowsByState && !(l != kNoTileLabel && l == nextState >> 16)) prefetchRows(next);
+    };
     // The candidates first: they need only the tile's box, and a settled tile needs no more.
     int fallsScanned = 0;  // mixed modes: centres left out whose pairs all fall back
     if (assign && a.prune) {
@@ -1442,6 +1458,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       const unsigned state = a.tileState ? a.tileState[tile] : kNoTileLabel;
       const TileCandidates tc =
           warpCandidates<kPacked>(a, scl, scp, loadBox(a.boxes + tile), cand, lane);
+      prefetchNextRows();
       if (tc.only >= 0 && tc.onlyClass != kClassUnknown && state == unsigned(tc.only) * 0x10001u) {
         // Settled: its one candidate wins for every point, and it is the label of all of them in
         // both label arrays. Nothing changes; the sums take the tile's precomputed sum, as the
