@@ -207,7 +207,7 @@ struct Args {
   // (||x~||^2 + ||c~||^2) bounds fl_H(factor s) from below.
   float pruneErrH, pruneRel1, pruneRel2, pruneThrLo;
   Box<kFastD>* boxes;  // the fast pass's tile boxes (tiles of them) when it prunes
-  // Settled tiles (see assignFastKernel), when the fast pass prunes in a uniform mode, else null:
+  // Settled tiles (see assignFastKernel), when the fast pass prunes, in every mode, else null:
   // per tile the sum of its points (D values in W, as warpSum8 adds them) and its label state
   // (bits 0-15: the label all its points took in the last assignment, 16-31: in the one before;
   // kNoTileLabel when they did not all take one, or the tile is not whole).
@@ -1367,7 +1367,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   const int tStride = a.blocks * kWarps;
   // A tile's rows and labels are fetched into L2 while the warp's round before it computes (the
   // first tile's while the block sets up), so that a round's loads wait for L2, not device
-  // memory. Each lane fetches the lines of its own group.
+  // memory; not when the tile's label state predicts that it settles (see the round). Each lane
+  // fetches the lines of its own group.
   auto prefetchMeta = [&](int t) {
     if (assign && a.prune && lane == 0) {
       const char* box = reinterpret_cast<const char*>(a.boxes + t);
@@ -1986,10 +1987,10 @@ class Run final : public LloydRun {
 
     const bool needX64 = p.traceSse && !std::is_same_v<WT, double>;
     const bool needLow = !kSharedLow && !fast_;
-    const bool needBoxes = fast_ && p.useBounds;
-    const bool needSettle = needBoxes;
+    // The fast pass's per-tile data when it prunes: box, sum and label state.
+    const bool needTiles = fast_ && p.useBounds;
     const std::size_t tileBytes =
-        (needBoxes ? sizeof(Box<kFastD>) : 0) + (needSettle ? kFastD * sizeof(WT) + 4 : 0);
+        needTiles ? sizeof(Box<kFastD>) + kFastD * sizeof(WT) + sizeof(unsigned) : 0;
     std::size_t need = nd * sizeof(WT) + (needLow ? nd * sizeof(LowT) : 0) +
                        std::size_t(tiles_) * tileBytes + (needX64 ? nd * sizeof(double) : 0) +
                        2 * n_ * sizeof(LabelT) + std::size_t(blocks_) * perBlock;
@@ -2015,8 +2016,8 @@ class Run final : public LloydRun {
       KMSEG_CUDA_CHECK(cudaMemcpyAsync(x64_.get(), x.values.data(), nd * sizeof(double),
                                        cudaMemcpyHostToDevice, stream_.get()));
     }
-    if (needBoxes) boxes_ = track(DeviceBuffer<Box<kFastD>>(std::size_t(tiles_), "the tile boxes"));
-    if (needSettle) {
+    if (needTiles) {
+      boxes_ = track(DeviceBuffer<Box<kFastD>>(std::size_t(tiles_), "the tile boxes"));
       tileSums_ = track(DeviceBuffer<WT>(std::size_t(tiles_) * kFastD, "the tile sums"));
       tileState_ = track(DeviceBuffer<unsigned>(std::size_t(tiles_), "the tile label states"));
     }
