@@ -111,8 +111,10 @@ inline constexpr long long kFastSlotRun = 512;
 // Labels of a tile that the fast pass sums with warp shuffles before the slots take the rest.
 inline constexpr int kMaskedLabels = 3;
 
-// A tile label state half for "no single label" (labels are below kMaxK = 1024).
-inline constexpr unsigned kNoTileLabel = 0xffffu;
+// A tile label state half for "no single label" (labels are below kMaxK = 1024), and the flag of
+// the low half that says the tile's last round had one winner and still read its rows.
+inline constexpr unsigned kNoTileLabel = 0x7fffu;
+inline constexpr unsigned kTileReadRows = 0x8000u;
 
 /// One iteration's record, as the device writes it.
 struct TraceEntry {
@@ -170,6 +172,8 @@ struct Args {
   H factor;                // reliability factor rho 2 gamma_{D+2}(u_low), in H
   LowT sureFactor;         // packed pass: factor rounded up with margin, in LowT (see below)
   LowT sureFloor;          // packed pass: smallest normal LowT, the threshold's absolute slack
+  LowT fallFactor;         // packed pass: factor rounded down with margin, in LowT
+  LowT fallFloor;          // packed pass: -sureFloor
   WT* partialSum;          // (K x D) x B block partials, element-major
   unsigned* partialCount;  // K x B
   WT* scratch;             // B x (2 K D) Kahan accumulators when they do not fit in shared memory
@@ -209,8 +213,9 @@ struct Args {
   Box<kFastD>* boxes;  // the fast pass's tile boxes (tiles of them) when it prunes
   // Settled tiles (see assignFastKernel), when the fast pass prunes, in every mode, else null:
   // per tile the sum of its points (D values in W, as warpSum8 adds them) and its label state
-  // (bits 0-15: the label all its points took in the last assignment, 16-31: in the one before;
-  // kNoTileLabel when they did not all take one, or the tile is not whole).
+  // (bits 0-14: the label all its points took in the last assignment, 16-30: in the one before;
+  // kNoTileLabel when they did not all take one, or the tile is not whole; bit 15:
+  // kTileReadRows, the rows were read although the tile had one winner).
   WT* tileSums;
   unsigned* tileState;
   int traceSse, detectCycles;
@@ -640,26 +645,67 @@ LowT roundUp(double v) {
   return r;
 }
 
-/// The 16 centre pairs of a word of 32 candidate bits (centres 2t, 2t + 1 -> bit t): a pair is a
-/// candidate when either of its centres is.
-__device__ inline unsigned candidatePairs(unsigned centres) {
-  unsigned x = (centres | (centres >> 1)) & 0x55555555u;
+/// The largest LowT <= v (v > 0 and finite), on the host.
+template <class LowT>
+LowT roundDown(double v) {
+  LowT r = Math<LowT>::from(v);
+  if (Math<LowT>::toDouble(r) > v) {
+    if constexpr (std::is_same_v<LowT, __half>) {
+      __half_raw raw = r;
+      raw.x -= 1;
+      r = raw;
+    } else {
+      __nv_bfloat16_raw raw = r;
+      raw.x -= 1;
+      r = raw;
+    }
+  }
+  return r;
+}
+
+/// The even bits of x (bit 2i -> bit i), in the low 16 bits.
+__device__ inline unsigned evenBits(unsigned x) {
+  x &= 0x55555555u;
   x = (x | (x >> 1)) & 0x33333333u;
   x = (x | (x >> 2)) & 0x0f0f0f0fu;
   x = (x | (x >> 4)) & 0x00ff00ffu;
   return (x | (x >> 8)) & 0x0000ffffu;
 }
 
+/// The 16 centre pairs of a word of 32 candidate bits (centres 2t, 2t + 1 -> bit t): a pair is a
+/// candidate when either of its centres is.
+__device__ inline unsigned candidatePairs(unsigned centres) {
+  return evenBits(centres | (centres >> 1));
+}
+
+/// A word of 32 centre bits (centre 2t + h -> bit 2t + h) in the layout of PairCentre::bits
+/// (centre 2t + h -> bit 16 h + t).
+__device__ inline unsigned pairBits(unsigned centres) {
+  return evenBits(centres) | evenBits(centres >> 1) << 16;
+}
+
 /// Packed assignment of P points (rows w, in W) of one thread: best[p] gets the label, fallbacks
-/// the exact fallback count of the valid points.
-template <int P, class A, class PC, class HC, class WT, int DT>
+/// the exact fallback count of the valid points. The scan takes the candidate pairs of `cand`
+/// (warpCandidates' words: a pair when either centre is a candidate); `win` holds the centres
+/// that may win (the others are candidates only for their fallbacks). With kCount (mixed modes)
+/// it finds no label: fallbacks gets the fallbacks of the centres in `cand` only.
+///
+/// Mixed modes: besides the packed test that vouches for reliable pairs (see above), a second
+/// one vouches for falling ones: d^ < fl_low(f'' s - m) with f'' <= f (1 - 4 u_low) rounded down
+/// to LowT and m the smallest normal LowT. If f'' s < m the threshold is <= 0 and d^ < 0 <=
+/// fl_H(f s); otherwise fl_low(f'' s - m) <= f'' s - m + max(u_low f'' s, m) <= f'' s (1 + u_low)
+/// <= f s (1 - 4 u_low)(1 + u_low) < f s (1 - u_H) <= fl_H(f s). Such a pair falls back without
+/// the scalar re-evaluation: it is counted, and its direct distance is computed only when its
+/// centre may win. The few pairs that neither test vouches for take the exact scalar formulas.
+template <int P, bool kCount, class A, class PC, class HC, class WT, int DT>
 __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, const unsigned* cand,
-                                    const WT (&w)[P][DT], const bool (&valid)[P], int (&best)[P],
-                                    unsigned& fallbacks) {
+                                    const unsigned* win, const WT (&w)[P][DT],
+                                    const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   using T2 = typename Packed<LowT>::type;
   using H = typename A::H;
   constexpr bool kFallback = A::kFallback;
+  static_assert(kFallback || !kCount, "counting needs a fallback");
   const int pairs = (a.k + 1) / 2;
   // Point p's x~ as (x0, x1), (x2, x3), (x4, ||x~||^2): the packed fmas take one lane of each
   // register broadcast to both lanes.
@@ -678,9 +724,11 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
   const T2 minus2 = broadcast<LowT>(Math<LowT>::from(-2.0));
   const T2 sure2 = broadcast<LowT>(a.sureFactor);
   const T2 floor2 = broadcast<LowT>(a.sureFloor);
-  H slowD[kFallback ? P : 1];
-  int slowJ[kFallback ? P : 1];
-  if constexpr (kFallback) {
+  const T2 fall2 = broadcast<LowT>(a.fallFactor);
+  const T2 fallFloor2 = broadcast<LowT>(a.fallFloor);
+  H slowD[kFallback && !kCount ? P : 1];
+  int slowJ[kFallback && !kCount ? P : 1];
+  if constexpr (kFallback && !kCount) {
 #pragma unroll
     for (int p = 0; p < P; ++p) slowD[p] = H(__builtin_huge_val()), slowJ[p] = 0x7fffffff;
   }
@@ -689,13 +737,16 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
     // is a candidate (warpCandidates); centre word t0 / 16 holds the chunk's 32 centres.
     unsigned left = candidatePairs(cand[t0 >> 4]);
     if (left == 0) continue;
-    unsigned notSure[P];
+    // Per point, the pairs (PairCentre::bits) that the packed tests vouch for: reliable, falling.
+    unsigned sure[P], falls[P];
+    unsigned scanned = 0;
 #pragma unroll
-    for (int p = 0; p < P; ++p) notSure[p] = 0;
+    for (int p = 0; p < P; ++p) sure[p] = 0, falls[p] = 0;
     while (left) {
       const int t = t0 + __ffs(left) - 1;
       left &= left - 1;
       const PC c = scp[t];
+      scanned |= c.bits;
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         T2 dot = zero2;
@@ -703,26 +754,47 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
         for (int q = 0; q < DT; ++q) dot = __hfma2(broadcast<LowT>(x[p][q]), c.c[q], dot);
         const T2 s = __hadd2_rn(broadcast<LowT>(xx[p]), c.cc);
         const T2 d = __hfma2(minus2, dot, s);
-        unsigned take = __hlt2_mask(d, fromBits<T2>(bestBits[p]));
+        unsigned take = 0;
+        if constexpr (!kCount) take = __hlt2_mask(d, fromBits<T2>(bestBits[p]));
         if constexpr (kFallback) {
-          const unsigned sure = __hgt2_mask(d, __hfma2(sure2, s, floor2));
-          notSure[p] |= ~sure & c.bits;
-          take &= sure;
+          const unsigned reliable = __hgt2_mask(d, __hfma2(sure2, s, floor2));
+          sure[p] |= reliable & c.bits;
+          falls[p] |= __hlt2_mask(d, __hfma2(fall2, s, fallFloor2)) & c.bits;
+          take &= reliable;
         }
-        bestBits[p] = (bitsOf(d) & take) | (bestBits[p] & ~take);
-        bestIdx[p] = (c.index & take) | (bestIdx[p] & ~take);
+        if constexpr (!kCount) {
+          bestBits[p] = (bitsOf(d) & take) | (bestBits[p] & ~take);
+          bestIdx[p] = (c.index & take) | (bestIdx[p] & ~take);
+        }
       }
     }
     if constexpr (kFallback) {
-      // The pairs the packed test could not vouch for, with the exact scalar formulas.
+      // Counted: with kCount the centres of `cand` only (a scanned pair's other centre is not
+      // its business), else both centres of every scanned pair.
+      const unsigned counted = kCount ? pairBits(cand[t0 >> 4]) & scanned : scanned;
+      const unsigned winners = kCount ? 0u : pairBits(win[t0 >> 4]);
 #pragma unroll
       for (int p = 0; p < P; ++p) {
+        if (valid[p]) fallbacks += unsigned(__popc(falls[p] & counted));
         H xh[DT];
 #pragma unroll
         for (int q = 0; q < DT; ++q) xh[q] = convert<H>(w[p][q]);
-        while (notSure[p]) {
-          const int b = __ffs(notSure[p]) - 1;
-          notSure[p] &= notSure[p] - 1;
+        if constexpr (!kCount) {
+          // Falling pairs whose centre may win: the direct formula.
+          unsigned direct = falls[p] & winners;
+          while (direct) {
+            const int b = __ffs(direct) - 1;
+            direct &= direct - 1;
+            const int j = 2 * (t0 + (b & 15)) + (b >> 4);
+            const H dj = directDistance<H>(xh, sch[j].c, DT);
+            if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
+          }
+        }
+        // The pairs neither packed test vouched for: the exact scalar formulas.
+        unsigned rest = counted & ~(sure[p] | falls[p]);
+        while (rest) {
+          const int b = __ffs(rest) - 1;
+          rest &= rest - 1;
           const int hi = b >> 4;
           const int j = 2 * (t0 + (b & 15)) + hi;
           const PC& c = scp[j >> 1];
@@ -735,24 +807,55 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
               mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], lane<LowT>(c.cc, hi), dot), xh,
                                      sch[j].c, DT, a.factor, &fell);
           fallbacks += unsigned(fell && valid[p]);
-          if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
+          if constexpr (!kCount)
+            if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
         }
       }
     }
   }
-  // Merge the lanes' minima (and the exactly evaluated pairs') by (distance, index).
+  if constexpr (!kCount) {
+    // Merge the lanes' minima (and the exactly evaluated pairs') by (distance, index).
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const T2 v = fromBits<T2>(bestBits[p]);
+      using C = std::conditional_t<kFallback, H, float>;
+      C bd = convert<C>(v.x);
+      int bj = int(bestIdx[p] & 0xffff);
+      const C d1 = convert<C>(v.y);
+      const int j1 = int(bestIdx[p] >> 16);
+      if (d1 < bd || (d1 == bd && j1 < bj)) bd = d1, bj = j1;
+      if constexpr (kFallback)
+        if (slowD[p] < bd || (slowD[p] == bd && slowJ[p] < bj)) bd = slowD[p], bj = slowJ[p];
+      best[p] = bj;
+    }
+  }
+}
+
+/// The fallbacks of the scalar mixed pass's points against the centres of `cand` only: the
+/// reliability test, one point at a time (few registers: it runs inside the pass's round, next
+/// to its other state). Same sequence of rounded operations as scalarAssign.
+template <int P, class A, class LC, class WT, int DT>
+__device__ inline void scalarCount(const A& a, const LC* scl, const unsigned* cand,
+                                   const WT (&w)[P][DT], unsigned& fallbacks) {
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
+  using H = typename A::H;
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    const T2 v = fromBits<T2>(bestBits[p]);
-    using C = std::conditional_t<kFallback, H, float>;
-    C bd = convert<C>(v.x);
-    int bj = int(bestIdx[p] & 0xffff);
-    const C d1 = convert<C>(v.y);
-    const int j1 = int(bestIdx[p] >> 16);
-    if (d1 < bd || (d1 == bd && j1 < bj)) bd = d1, bj = j1;
-    if constexpr (kFallback)
-      if (slowD[p] < bd || (slowD[p] == bd && slowJ[p] < bj)) bd = slowD[p], bj = slowJ[p];
-    best[p] = bj;
+    LowT xp[DT];
+#pragma unroll
+    for (int q = 0; q < DT; ++q) xp[q] = convert<LowT>(w[p][q]);
+    const LowT xxp = squaredNorm<LowT>(xp, DT);
+    for (int wd = 0; wd < (a.k + 31) >> 5; ++wd) {
+      unsigned left = cand[wd];
+      while (left) {
+        const int j = (wd << 5) + __ffs(left) - 1;
+        left &= left - 1;
+        const LC& c = scl[j];
+        const Expanded<LowT> e = expandedDistance<LowT>(xxp, c.cc, dotProduct<LowT>(xp, c.c, DT));
+        const H dHat = convert<H>(e.distance);
+        fallbacks += unsigned(!reliable<H>(dHat, convert<H>(e.sumNorms), a.factor));
+      }
+    }
   }
 }
 
@@ -761,8 +864,8 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
 /// closer() is a strict < from +inf, and d = fma(-2, dot, s) equals s - 2 dot.
 template <int P, class A, class LC, class HC, class WT, int DT>
 __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, const unsigned* cand,
-                                    const WT (&w)[P][DT], const bool (&valid)[P], int (&best)[P],
-                                    unsigned& fallbacks) {
+                                    const unsigned* win, const WT (&w)[P][DT],
+                                    const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   using H = typename A::H;
   using M = Math<LowT>;
@@ -833,20 +936,34 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
       best[p] = distance(p, scl[j0]) == bestD[p] ? j0 : int(pairOf[p] >> 16);
     }
   } else {
+    // A centre that cannot win is a candidate for its fallbacks only: the test, no direct
+    // formula (mixedDistance's steps otherwise).
     for (int wd = 0; wd < words; ++wd) {
       unsigned left = cand[wd];
+      const unsigned winners = win[wd];
       while (left) {
-        const int j = (wd << 5) + __ffs(left) - 1;
+        const int b = __ffs(left) - 1;
+        const int j = (wd << 5) + b;
         left &= left - 1;
         const LC c = scl[j];
+        if (winners >> b & 1) {
 #pragma unroll
-        for (int p = 0; p < P; ++p) {
-          const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
-          bool fell = false;
-          const DistT dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], c.cc, dot), xh[p],
-                                                  sch[j].c, DT, a.factor, &fell);
-          fallbacks += unsigned(fell && valid[p]);
-          if (dj < bestD[p]) bestD[p] = dj, best[p] = j;
+          for (int p = 0; p < P; ++p) {
+            const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
+            bool fell = false;
+            const DistT dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], c.cc, dot), xh[p],
+                                                    sch[j].c, DT, a.factor, &fell);
+            fallbacks += unsigned(fell && valid[p]);
+            if (dj < bestD[p]) bestD[p] = dj, best[p] = j;
+          }
+        } else {
+#pragma unroll
+          for (int p = 0; p < P; ++p) {
+            const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
+            const Expanded<LowT> e = expandedDistance<LowT>(xx[p], c.cc, dot);
+            const H dHat = convert<H>(e.distance);
+            fallbacks += unsigned(!reliable<H>(dHat, convert<H>(e.sumNorms), a.factor) && valid[p]);
+          }
         }
       }
     }
@@ -868,7 +985,9 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
 // skipped only when its pairs' fallbacks are known without evaluating them: when the reliability
 // test provably accepts every pair (L_j - M_j > thr (||x~||^2 + ||c~||^2)), or provably rejects
 // every pair (U_j + M_j < thrLo (lower bound of ||x~||^2 + ||c~||^2)); the pass then adds the
-// rejected pairs of the tile's points to the fallback count. Labels, fallback counts and sums are
+// rejected pairs of the tile's points to the fallback count. Otherwise it stays a candidate for
+// its fallbacks only: the scan tests its pairs but takes no direct distance and no argmin step
+// for it (win[] holds the centres that may win). Labels, fallback counts and sums are
 // therefore bit-identical to the full scan (KMeansParams::useBounds = false turns pruning off; a
 // GPU test compares the two). The warp's points scan the union of their candidates, in
 // increasing index order. The bounds are computed in float; the margins (err's 2^-18 part, errH)
@@ -996,7 +1115,8 @@ __device__ inline Box<DT> warpBox(const WT (&w)[P][DT]) {
 
 /// What warpCandidates found for a tile besides its candidate words.
 struct TileCandidates {
-  int only;  ///< the one candidate centre, or -1 when there are more (or none)
+  int only;        ///< the one centre that may win, or -1 when there are more
+  int candidates;  ///< the candidate centres: those that may win and those kept for fallbacks
   /// Mixed modes: the centres left out whose pairs all fall back (class falls), which the pass
   /// counts as fallbacks without evaluating them: `skipped` of them when no centre is scanned,
   /// `scanned` when the candidates are (the packed pass scans both centres of a pair).
@@ -1004,13 +1124,15 @@ struct TileCandidates {
   int onlyClass;  ///< the class of the one candidate's pairs (PairClass)
 };
 
-/// Writes the warp's candidate words cand[0, ceil(K / 32)) for its tile's box b (see above).
-/// Every lane of the warp calls it; the words are ready after the call. A centre is left out
-/// when it can neither win nor tie for any point of the box and, in a mixed mode, its pairs
-/// either all pass the reliability test or all fall back (counted, TileCandidates).
+/// Writes the warp's candidate words cand[0, ceil(K / 32)) for its tile's box b (see above),
+/// and in win[] the centres among them that may win. Every lane of the warp calls it; the words
+/// are ready after the call. A centre that can neither win nor tie for any point of the box is
+/// left out when, in a mixed mode, its pairs either all pass the reliability test or all fall
+/// back (counted, TileCandidates); otherwise it stays a candidate for its fallbacks only.
 template <bool kPacked, class A, class LC, class PC, int DT>
 __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const PC* scp,
-                                                const Box<DT>& b, unsigned* cand, int laneId) {
+                                                const Box<DT>& b, unsigned* cand, unsigned* win,
+                                                int laneId) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   constexpr bool kFallback = A::kFallback;
   MixedBounds mb{};
@@ -1045,8 +1167,8 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const
     best = fminf(best, high);
   }
   best = __int_as_float(warpMin(__float_as_int(best)));
-  TileCandidates r{-1, 0, 0, kClassUnknown};
-  int count = 0;
+  TileCandidates r{-1, 0, 0, 0, kClassUnknown};
+  int winners = 0;
   for (int j0 = 0; j0 < a.k; j0 += 32) {
     const int j = j0 + laneId;
     float low = low0, high;
@@ -1058,9 +1180,11 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const
     }
     const bool out = j < a.k && low > best;  // can neither win nor tie
     const unsigned word = __ballot_sync(0xffffffffu, j < a.k && !(out && cls != kClassUnknown));
-    if (laneId == 0) cand[j0 >> 5] = word;
-    count += __popc(word);
-    if (word) r.only = j0 + __ffs(word) - 1;
+    const unsigned mayWin = __ballot_sync(0xffffffffu, j < a.k && !out);
+    if (laneId == 0) cand[j0 >> 5] = word, win[j0 >> 5] = mayWin;
+    r.candidates += __popc(word);
+    winners += __popc(mayWin);
+    if (mayWin) r.only = j0 + __ffs(mayWin) - 1;
     if constexpr (kFallback) {
       const unsigned falls = __ballot_sync(0xffffffffu, j < a.k && cls == kClassFalls);
       r.fallsSkipped += __popc(falls & ~word);
@@ -1073,8 +1197,8 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const
         r.fallsScanned += __popc(falls & ~word);
       }
       const unsigned sure = __ballot_sync(0xffffffffu, j < a.k && cls == kClassReliable);
-      if (word) {
-        const int bit = __ffs(word) - 1;
+      if (mayWin) {
+        const int bit = __ffs(mayWin) - 1;
         r.onlyClass =
             falls >> bit & 1 ? kClassFalls : (sure >> bit & 1 ? kClassReliable : kClassUnknown);
       }
@@ -1083,7 +1207,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const
     }
   }
   __syncwarp();
-  if (count != 1) r.only = -1;
+  if (winners != 1) r.only = -1;
   return r;
 }
 
@@ -1099,7 +1223,7 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
   const std::size_t counts = (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
   std::size_t centres = k * sizeof(LowCentre<LowT, DT>);
   const std::size_t cand =
-      (std::size_t(kWarps) * fastCandidateWords(k) * sizeof(unsigned) + 15) / 16 * 16;
+      (std::size_t(kWarps) * 2 * fastCandidateWords(k) * sizeof(unsigned) + 15) / 16 * 16;
   if constexpr (kPackedLow<LowT>) {
     if (fallback ? kPackedPass<LowT, true> : kPackedPass<LowT, false>)
       centres = (k + 1) / 2 * sizeof(PairCentre<LowT, DT>);
@@ -1129,6 +1253,15 @@ inline constexpr int kLabelBits = 8 * int(sizeof(LabelT));
 template <class LabelT>
 __device__ inline int labelOf(LabelWord<LabelT> v, int p) {
   return int((v >> (kLabelBits<LabelT> * p)) & ((LabelWord<LabelT>(1) << kLabelBits<LabelT>)-1));
+}
+
+/// The label word of kFastPoints points that all take label j.
+template <class LabelT>
+__device__ inline LabelWord<LabelT> uniformLabelWord(int j) {
+  if constexpr (sizeof(LabelT) == 1)
+    return unsigned(j) * 0x01010101u;
+  else
+    return (unsigned long long)j * 0x0001000100010001ull;
 }
 
 /// How many of the kFastPoints labels of two label words differ, per byte (uint8) or per half
@@ -1195,6 +1328,15 @@ __device__ inline int tileOfPoint(const A& a, long long i) {
   return int((y / kTileRows) * a.tileCols + (g - g0) / kTileGroups);
 }
 
+/// The first point of lane `lane`'s group in a whole tile of the fast pass.
+template <class A>
+__device__ inline long long tileFirst(const A& a, int tile, int lane) {
+  const int band = tileBand(a, tile);
+  unsigned group = 0;
+  tileGroup(a, band, tile - band * a.tileCols, lane, group);
+  return (long long)group * kFastPoints;
+}
+
 /// Lane `lane`'s rows of a tile of the fast pass: its group, P consecutive points from `first`
 /// of which `have` exist (see assignFastKernel). A lane without a group takes the rows of the
 /// first lane that has one (have = 0), and so do the missing points of a short group, so that
@@ -1225,9 +1367,11 @@ __device__ inline bool loadTileRows(const A& a, int tile, int lane, WT (&w)[P][D
   return true;
 }
 
-/// A tile's box, with 16-byte loads (lo, hi, norm and normLo as consecutive floats).
+/// A tile's box, with 16-byte loads (lo, hi, norm and normLo as consecutive floats), and whether
+/// the tile is whole: all its kTileRows x kTileGroups x kFastPoints points exist (tileBoxKernel
+/// stores the norm bound of a tile that is not with its sign bit set).
 template <int DT>
-__device__ inline Box<DT> loadBox(const Box<DT>* src) {
+__device__ inline Box<DT> loadBox(const Box<DT>* src, bool& whole) {
   constexpr int kFloats = 2 * DT + 2;
   static_assert(sizeof(Box<DT>) == kFloats * 4 && kFloats % 4 == 0, "whole 16-byte loads");
   const float4* v = reinterpret_cast<const float4*>(src);
@@ -1240,15 +1384,17 @@ __device__ inline Box<DT> loadBox(const Box<DT>* src) {
   Box<DT> b;
 #pragma unroll
   for (int q = 0; q < DT; ++q) b.lo[q] = f[q], b.hi[q] = f[DT + q];
-  b.norm = f[2 * DT];
+  whole = !signbit(f[2 * DT]);
+  b.norm = fabsf(f[2 * DT]);
   b.normLo = f[2 * DT + 1];
   return b;
 }
 
 /// Every tile's box for the fast pass's pruning (warpBox over the rows that loadTileRows gives),
 /// once per run: the data does not change between iterations. A tile without points gets an
-/// empty box (never read). With Args::tileState also each tile's sum (read only for settled
-/// tiles, which are whole) and its label state "none". Grid-stride, one warp per tile.
+/// empty box (never read), and a tile that is not whole a box whose norm bound has its sign bit
+/// set (loadBox). With Args::tileState also each tile's sum (read only for whole tiles with one
+/// winner) and its label state "none". Grid-stride, one warp per tile.
 template <class LowT, class HighT, class WT, class LabelT, int DT>
 __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT, WT, LabelT> a) {
   using A = Args<LowT, HighT, WT, LabelT>;
@@ -1258,10 +1404,11 @@ __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT
   for (int tile = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5); tile < a.tiles; tile += warps) {
     WT w[P][DT];
     long long first;
-    int have;
+    int have = 0;
     Box<DT> b{};
     const bool any = loadTileRows(a, tile, lane, w, first, have);
     if (any) b = warpBox<LowT, A::kFallback>(w);
+    if (!__all_sync(0xffffffffu, have == P)) b.norm = -b.norm;  // not whole (see loadBox)
     if (lane < int(sizeof(Box<DT>) / 4))
       reinterpret_cast<float*>(a.boxes + tile)[lane] = reinterpret_cast<const float*>(&b)[lane];
     if (a.tileSums && any) {
@@ -1299,16 +1446,17 @@ __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT
 /// rest. Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
 /// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre or
 /// PairCentre, HighCentre).
-/// Settled tiles (with pruning): a round first bounds the centres with the tile's
-/// box (tileBoxKernel) and reads the tile's label state (Args::tileState). When one centre j is
-/// left and j was the label of all the tile's points in the last two assignments, the tile is
-/// settled: every point takes j again (the box proves it), so its labels, the labels of two
-/// iterations earlier, its changed and 2-cycle counts stay, and its sums are the tile's sum,
-/// precomputed by tileBoxKernel exactly as the one-label case below computes it. The round adds
-/// that sum to slot 0 and 128 to j's count, and reads no row and no label. In a mixed mode a tile
-/// settles only when the reliability test provably accepts all of j's pairs or provably rejects
-/// them all; with the centres left out (each accepted or rejected for every point), the tile's
-/// fallbacks are then known too. Results are bit for bit those of the full pass.
+/// Tiles with one winner (with pruning): a round first bounds the centres with the tile's box
+/// (tileBoxKernel) and reads the tile's label state (Args::tileState). When the box leaves one
+/// centre j that may win, and the tile is whole, every point takes j (the box proves it) and no
+/// distance decides a label. Its sums are the tile's sum, precomputed by tileBoxKernel exactly as
+/// the one-label case below computes it: the round adds that sum to slot 0 and 128 to j's count.
+/// Its labels become j, with their changed and 2-cycle counts; when j was already the label of
+/// all its points in the last two assignments (the state), nothing changes and no label is read:
+/// the tile is settled. In a mixed mode the fallbacks of the centres whose class is known (every
+/// pair accepted, or every pair rejected) are counted in bulk; the others stay candidates for
+/// their fallbacks only, and their pairs (with j's, when its class is unknown) take the
+/// reliability test alone, which reads the rows. Results are bit for bit those of the full pass.
 /// Sums: per round, a lane whose points share one label sums them pairwise (its lane sum). When
 /// all the tile's 128 points share one label, warpSum8 sums the lane sums over the lanes and one
 /// lane per feature adds its total into slot 0. Otherwise each of the tile's first kMaskedLabels
@@ -1355,8 +1503,9 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   unsigned* count = reinterpret_cast<unsigned*>(p8);
   p8 += (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
   const int candWords = fastCandidateWords(k);
-  unsigned* cand = reinterpret_cast<unsigned*>(p8) + warp * candWords;
-  p8 += (std::size_t(kWarps) * candWords * sizeof(unsigned) + 15) / 16 * 16;
+  unsigned* cand = reinterpret_cast<unsigned*>(p8) + warp * 2 * candWords;
+  unsigned* win = cand + candWords;
+  p8 += (std::size_t(kWarps) * 2 * candWords * sizeof(unsigned) + 15) / 16 * 16;
   const int lowCentres = kPacked ? (k + 1) / 2 : k;
   LC* scl = reinterpret_cast<LC*>(p8);
   PC* scp = reinterpret_cast<PC*>(p8);
@@ -1427,7 +1576,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
 
   if (assign && !a.prune) {
     // Every centre is a candidate (the full scan).
-    for (int c = lane; c < candWords; c += 32) cand[c] = c < k >> 5 ? ~0u : (1u << (k & 31)) - 1;
+    for (int c = lane; c < candWords; c += 32)
+      cand[c] = win[c] = c < k >> 5 ? ~0u : (1u << (k & 31)) - 1;
     __syncwarp();
   }
   WT* warpAcc = acc + std::size_t(warp) * kd * slots;
@@ -1437,7 +1587,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   for (int tile = int(blockIdx.x) * kWarps + warp; tile < a.tiles; tile += tStride) {
     // The next round's tile, for the prefetch. When tiles may settle, its rows and labels wait
     // for its label state (read now, used after this tile's candidates): a tile whose last two
-    // assignments gave all its points one label will likely settle, and then needs no rows.
+    // assignments gave all its points one label will likely settle, and then needs no rows,
+    // unless its last round had to read them (kTileReadRows).
     const int next = tile + tStride;
     unsigned nextState = kNoTileLabel;
     const bool rowsByState = assign && a.tileState && next < a.tiles;
@@ -1452,36 +1603,89 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       const unsigned l = nextState & 0xffffu;
       if (rowsByState && !(l != kNoTileLabel && l == nextState >> 16)) prefetchRows(next);
     };
-    // The candidates first: they need only the tile's box, and a settled tile needs no more.
+    // The candidates first: they need only the tile's box, and a tile with one winner needs
+    // little more.
+    //
+    // One winner: the box proves that centre `only` wins for every point, so no distance decides
+    // a label. In a mixed mode the fallbacks of the classes known are counted in bulk, and the
+    // remaining candidates' pairs (and the winner's, when its class is not known) take the
+    // reliability test only, which reads the rows. When `only` was also the label of every point
+    // in the last two assignments (the label state), nothing changes and the labels are not
+    // read: the tile is settled. Otherwise the labels become `only`, with their changed and
+    // 2-cycle counts. The sums take the tile's precomputed sum, computed as the one-label case
+    // below computes it. Results are bit for bit those of the full scan.
+    auto oneWinner = [&](int only, bool readRows, unsigned state) {
+      if ((state & ~kTileReadRows) != unsigned(only) * 0x10001u) {
+        const long long first = tileFirst(a, tile, lane);
+        const LabelWord<LabelT> newWord = uniformLabelWord<LabelT>(only);
+        if (iteration == 1) {
+          changed += P;
+        } else {
+          const LabelWord<LabelT> oldWord =
+              *reinterpret_cast<const LabelWord<LabelT>*>(a.labels + first);
+          changed += differingLabels<LabelT>(oldWord, newWord);
+          if (iteration >= 3)
+            cycleDiff += differingLabels<LabelT>(
+                *reinterpret_cast<const LabelWord<LabelT>*>(a.twoAgo + first), newWord);
+          *reinterpret_cast<LabelWord<LabelT>*>(a.twoAgo + first) = oldWord;
+        }
+        *reinterpret_cast<LabelWord<LabelT>*>(a.labels + first) = newWord;
+      }
+      const unsigned next =
+          unsigned(only) | (readRows ? kTileReadRows : 0u) | (state & kNoTileLabel) << 16;
+      if (lane == 0 && next != state) a.tileState[tile] = next;
+      if ((lane & 3) == 0 && lane < 4 * DT) {
+        WT* t = warpAcc + (std::size_t(only) * DT + (lane >> 2)) * slots;
+        *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
+      }
+      if (lane == 0) atomicAdd(&count[only], 32u * P);
+      __syncwarp();
+    };
     int fallsScanned = 0;  // mixed modes: centres left out whose pairs all fall back
+    int only = -1;         // mixed modes: the one winner, whose tile reads its rows
+    unsigned onlyState = 0;
     if (assign && a.prune) {
       // The tile's label state (Args::tileState).
-      const unsigned state = a.tileState ? a.tileState[tile] : kNoTileLabel;
-      const TileCandidates tc =
-          warpCandidates<kPacked>(a, scl, scp, loadBox(a.boxes + tile), cand, lane);
+      const unsigned state = a.tileState[tile];
+      bool wholeTile;
+      const Box<DT> box = loadBox(a.boxes + tile, wholeTile);
+      const TileCandidates tc = warpCandidates<kPacked>(a, scl, scp, box, cand, win, lane);
       prefetchNextRows();
-      if (tc.only >= 0 && tc.onlyClass != kClassUnknown && state == unsigned(tc.only) * 0x10001u) {
-        // Settled: its one candidate wins for every point, and it is the label of all of them in
-        // both label arrays. Nothing changes; the sums take the tile's precomputed sum, as the
-        // one-label case below would compute it, and its rows and labels are not read. In a mixed
-        // mode every pair's class is known: the falling ones are the fallbacks.
-        const int only = tc.only;
+      if (tc.only >= 0 && wholeTile) {
+        const bool readRows = kFallback && (tc.candidates > 1 || tc.onlyClass == kClassUnknown);
         if constexpr (kFallback)
           fallbacks += unsigned(P * (tc.fallsSkipped + (tc.onlyClass == kClassFalls ? 1 : 0)));
-        if ((lane & 3) == 0 && lane < 4 * DT) {
-          WT* t = warpAcc + (std::size_t(only) * DT + (lane >> 2)) * slots;
-          *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
+        if (!readRows) {
+          oneWinner(tc.only, false, state);
+          continue;
         }
-        if (lane == 0) atomicAdd(&count[only], 32u * P);
+        // The candidates to test: all but the winner when its class is known.
+        if (lane == 0 && tc.onlyClass != kClassUnknown)
+          cand[tc.only >> 5] &= ~(1u << (tc.only & 31));
         __syncwarp();
-        continue;
+        only = tc.only;
+        onlyState = state;
+      } else {
+        fallsScanned = tc.fallsScanned;
       }
-      fallsScanned = tc.fallsScanned;
     }
     WT w[P][DT];
     long long first;
     int have;
     if (!loadTileRows(a, tile, lane, w, first, have)) continue;
+    if constexpr (kFallback) {
+      if (only >= 0) {
+        if constexpr (kPacked) {
+          const bool valid[P] = {true, true, true, true};
+          int best[P];
+          packedAssign<P, true>(a, scp, sch, cand, win, w, valid, best, fallbacks);
+        } else {
+          scalarCount<P>(a, scl, cand, w, fallbacks);
+        }
+        oneWinner(only, true, onlyState);
+        continue;
+      }
+    }
     const bool whole = have == P;
     if constexpr (kFallback) fallbacks += unsigned(have * fallsScanned);
     int label[P];
@@ -1511,9 +1715,9 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     if (assign) {
       int best[P];
       if constexpr (kPacked)
-        packedAssign<P>(a, scp, sch, cand, w, valid, best, fallbacks);
+        packedAssign<P, false>(a, scp, sch, cand, win, w, valid, best, fallbacks);
       else
-        scalarAssign<P>(a, scl, sch, cand, w, valid, best, fallbacks);
+        scalarAssign<P>(a, scl, sch, cand, win, w, valid, best, fallbacks);
       // All loads before any store (from L2: prefetched with the rows).
       if constexpr (!kEarlyLabels) loadOld();
       LabelWord<LabelT> newWord = 0;
@@ -1573,7 +1777,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     // state is read again rather than kept: the uniform fp32 pass has no register to spare.)
     if (assign && a.tileState && lane == 0) {
       const unsigned state = a.tileState[tile];
-      const unsigned next = (warpOne ? unsigned(l0) : kNoTileLabel) | state << 16;
+      const unsigned next = (warpOne ? unsigned(l0) : kNoTileLabel) | (state & kNoTileLabel) << 16;
       if (next != state) a.tileState[tile] = next;
     }
     WT sum[DT];
@@ -1755,9 +1959,8 @@ __global__ void __launch_bounds__(kOneBlockThreads) reseedKernel(Args<LowT, High
       if (threadIdx.x == 0) {
         --a.counts[a.labels[pick]];
         a.labels[pick] = LabelT(j);
-        // The picked point's tile no longer has one label. (The next assignment could not settle
-        // it anyway: the new centre j is that point, so j is a candidate of its tile, and j was
-        // nobody's label. The state still follows the label arrays.)
+        // The picked point's tile no longer has one label: the state must follow the label
+        // arrays, or a tile with one winner could take its labels as unchanged.
         if (a.tileState) a.tileState[tileOfPoint(a, pick)] = kNoTileLabel * 0x10001u;
         a.counts[j] = 1;
       }
@@ -2097,6 +2300,9 @@ class Run final : public LloydRun {
       const double target = double(args_.factor) * (1.0 + 4.0 * u + 0x1p-40);
       args_.sureFactor = roundUp<LowT>(target);
       args_.sureFloor = Math<LowT>::from(std::is_same_v<LowT, __half> ? 0x1p-14 : 0x1p-126);
+      // And f'' <= f (1 - 4 u_low), rounded down: the test that vouches for falling pairs.
+      args_.fallFactor = roundDown<LowT>(double(args_.factor) * (1.0 - 4.0 * u - 0x1p-40));
+      args_.fallFloor = Math<LowT>::from(std::is_same_v<LowT, __half> ? -0x1p-14 : -0x1p-126);
     }
     args_.partialSum = partialSum_.get();
     args_.partialCount = partialCount_.get();
