@@ -1121,7 +1121,7 @@ struct TileCandidates {
   /// counts as fallbacks without evaluating them: `skipped` of them when no centre is scanned,
   /// `scanned` when the candidates are (the packed pass scans both centres of a pair).
   int fallsSkipped, fallsScanned;
-  int onlyClass;  ///< the class of the one candidate's pairs (PairClass)
+  int onlyClass;  ///< the class of the one winner's pairs (PairClass)
 };
 
 /// Writes the warp's candidate words cand[0, ceil(K / 32)) for its tile's box b (see above),
