@@ -211,10 +211,10 @@ struct Args {
   // (||x~||^2 + ||c~||^2) bounds fl_H(factor s) from below.
   float pruneErrH, pruneRel1, pruneRel2, pruneThrLo;
   Box<kFastD>* boxes;  // the fast pass's tile boxes (tiles of them) when it prunes
-  // Settled tiles (see assignFastKernel), when the fast pass prunes, in every mode, else null:
-  // per tile the sum of its points (D values in W, as warpSum8 adds them) and its label state
-  // (bits 0-14: the label all its points took in the last assignment, 16-30: in the one before;
-  // kNoTileLabel when they did not all take one, or the tile is not whole; bit 15:
+  // Tiles with one winner (see assignFastKernel), when the fast pass prunes, in every mode, else
+  // null: per tile the sum of its points (D values in W, as warpSum8 adds them) and its label
+  // state (bits 0-14: the label all its points took in the last assignment, 16-30: in the one
+  // before; kNoTileLabel when they did not all take one, or the tile is not whole; bit 15:
   // kTileReadRows, the rows were read although the tile had one winner).
   WT* tileSums;
   unsigned* tileState;
