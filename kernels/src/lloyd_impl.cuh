@@ -627,36 +627,19 @@ __device__ PairCentre<std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>, 
   return c;
 }
 
-/// The smallest LowT >= v (v > 0 and finite), on the host.
+/// The smallest LowT >= v (up) or the largest LowT <= v (v > 0 and finite), on the host.
 template <class LowT>
-LowT roundUp(double v) {
+LowT roundToLow(double v, bool up) {
   LowT r = Math<LowT>::from(v);
-  if (Math<LowT>::toDouble(r) < v) {
+  const double got = Math<LowT>::toDouble(r);
+  if (up ? got < v : got > v) {
     if constexpr (std::is_same_v<LowT, __half>) {
       __half_raw raw = r;
-      raw.x += 1;
+      raw.x = up ? raw.x + 1 : raw.x - 1;
       r = raw;
     } else {
       __nv_bfloat16_raw raw = r;
-      raw.x += 1;
-      r = raw;
-    }
-  }
-  return r;
-}
-
-/// The largest LowT <= v (v > 0 and finite), on the host.
-template <class LowT>
-LowT roundDown(double v) {
-  LowT r = Math<LowT>::from(v);
-  if (Math<LowT>::toDouble(r) > v) {
-    if constexpr (std::is_same_v<LowT, __half>) {
-      __half_raw raw = r;
-      raw.x -= 1;
-      r = raw;
-    } else {
-      __nv_bfloat16_raw raw = r;
-      raw.x -= 1;
+      raw.x = up ? raw.x + 1 : raw.x - 1;
       r = raw;
     }
   }
@@ -1117,9 +1100,10 @@ __device__ inline Box<DT> warpBox(const WT (&w)[P][DT]) {
 struct TileCandidates {
   int only;        ///< the one centre that may win, or -1 when there are more
   int candidates;  ///< the candidate centres: those that may win and those kept for fallbacks
-  /// Mixed modes: the centres left out whose pairs all fall back (class falls), which the pass
-  /// counts as fallbacks without evaluating them: `skipped` of them when no centre is scanned,
-  /// `scanned` when the candidates are (the packed pass scans both centres of a pair).
+  /// Mixed modes: the centres whose pairs all fall back (class falls) and that the pass counts
+  /// as fallbacks without evaluating them: `skipped`, those that are not candidates (when only
+  /// the candidates' own pairs are counted: tiles with one winner); `scanned`, those that the
+  /// full scan does not evaluate (the packed pass evaluates both centres of a candidate pair).
   int fallsSkipped, fallsScanned;
   int onlyClass;  ///< the class of the one winner's pairs (PairClass)
 };
@@ -2301,11 +2285,11 @@ class Run final : public LloydRun {
       // The packed test's factor f' >= f (1 + 4 u_low), rounded up to LowT (see packedAssign).
       const double u = unitRoundoff(lowPrecision(p.mode));
       const double target = double(args_.factor) * (1.0 + 4.0 * u + 0x1p-40);
-      args_.sureFactor = roundUp<LowT>(target);
+      args_.sureFactor = roundToLow<LowT>(target, true);
       args_.sureFloor = Math<LowT>::from(std::is_same_v<LowT, __half> ? 0x1p-14 : 0x1p-126);
       // And f'' <= f (1 - 4 u_low), rounded down: the test that vouches for falling pairs.
-      args_.fallFactor = roundDown<LowT>(double(args_.factor) * (1.0 - 4.0 * u - 0x1p-40));
-      args_.fallFloor = Math<LowT>::from(std::is_same_v<LowT, __half> ? -0x1p-14 : -0x1p-126);
+      args_.fallFactor = roundToLow<LowT>(double(args_.factor) * (1.0 - 4.0 * u - 0x1p-40), false);
+      args_.fallFloor = Math<LowT>::from(-Math<LowT>::toDouble(args_.sureFloor));
     }
     args_.partialSum = partialSum_.get();
     args_.partialCount = partialCount_.get();

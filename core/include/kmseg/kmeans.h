@@ -53,8 +53,8 @@ struct KMeansParams {
   /// engine, D = 5, every mode: centres that are provably farther than another from every point
   /// of a warp's 128 points (a tile, see imageWidth), and in mixed modes provably accepted or
   /// provably rejected by the reliability test for all of them (rejected pairs are counted as
-  /// fallbacks); tiles whose labels provably stay are not read at all. The labels (and fallback
-  /// counts) are those of the full scan; only the work differs.
+  /// fallbacks); a tile whose points provably all take one centre skips the distance scan. The
+  /// labels (and fallback counts) are those of the full scan; only the work differs.
   bool useBounds = true;
   /// When > 0: the samples are the pixels of an image this many pixels wide, in row-major order
   /// (so the number of samples is a multiple of it). The CUDA engine then gives each warp a
