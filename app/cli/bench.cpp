@@ -3,6 +3,7 @@
 // same features, the same threads and the same initial centres, in one run.
 
 #include "bench.h"
+#include "commands.h"
 
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
@@ -27,10 +28,6 @@
 namespace kmseg::cli {
 
 namespace {
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Resizes an 8-bit image to about `megapixels`, keeping its aspect ratio (bilinear).
 Image resizeTo(const Image& in, double megapixels) {

@@ -18,10 +18,6 @@ namespace kmseg::cli {
 
 namespace {
 
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 std::string formatRow(const char* mode, const KMeansResult& r, const Comparison* c) {
   char buf[256];
   const std::string stop(stopReasonName(r.stop));

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -31,6 +32,11 @@ struct Options {
 /// Runs the workflow for `command` ("segment" or "compare"), prints the table on stdout and
 /// writes the outputs. Throws kmseg::Error on failure.
 void runCommand(const std::string& command, const Options& options);
+
+/// Wall-clock seconds since `t0` (steady clock).
+inline double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 /// A mode name made safe for file names: "fp16>fp32" -> "fp16-fp32".
 std::string fileTag(Mode mode);
