@@ -200,8 +200,10 @@ struct Args {
   // assignFastKernel's centre pruning (see warpCandidates): on/off (KMeansParams::useBounds) and
   // its margins, rounded up to float: err * (bound on ||x~||^2 + ||c~||^2) + 2^-20 bounds how far
   // a pair's value can be from the exact ||x~ - c~||^2 (rounding of the expanded formula and of
-  // the bound arithmetic); eta * (||x~|| + ||c~||) bounds ||x - x~|| + ||c - c~|| (mixed modes,
-  // whose fallback value comes from the W rows); thr * (||x~||^2 + ||c~||^2) bounds the
+  // the bound arithmetic; uniform fp16 / bf16: with eta * U_j added, how far the value less the
+  // rounding of the point's norm can be from ||x~ - c~||^2 + B_j, see centreBounds); eta *
+  // (||x~|| + ||c~||) bounds ||x - x~|| + ||c - c~|| (mixed modes, whose fallback value comes
+  // from the W rows); thr * (||x~||^2 + ||c~||^2) bounds the
   // reliability threshold fl_H(factor s) from above.
   int prune;
   float pruneErr, pruneEta, pruneThr;
@@ -961,8 +963,10 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
 // against the rows' 640), before any row: the bounds need no row. For every centre j it bounds
 // the exact squared distance from any point of the box to c~_j: L_j <= ||x~ - c~_j||^2 <= U_j,
 // and from those the value a pair can take in the scan: low_j <= value <= high_j (centreBounds;
-// uniform modes: d^, within M_j = err (||x~||^2 + ||c~||^2) + 2^-20 of the exact value; mixed
-// modes: d^ or the direct distance from the W rows, with the reliability test's own guarantee).
+// uniform modes: d^, within M_j = err (||x~||^2 + ||c~||^2) + 2^-20 of the exact value, or for
+// fp16 / bf16 d^ less the rounding of the point's own norm, which is the same for every centre;
+// mixed modes: d^ or the direct distance from the W rows, with the reliability test's own
+// guarantee).
 // A centre with low_j > min_i high_i is, for every point of the box, strictly farther than that
 // best centre i, so it can neither win nor tie and the scan may skip it. In a mixed mode it is
 // skipped only when its pairs' fallbacks are known without evaluating them: when the reliability
@@ -1024,7 +1028,20 @@ struct MixedBounds {
 
 /// For centre c (as floats) and its norm cc (see above): low <= the value any point's pair takes
 /// <= high, and in a mixed mode the pairs' reliability class. Uniform modes: low = L_j - M_j,
-/// high = U_j + M_j (class reliable). Mixed modes: a pair's value is d^ (error <= M1 = err n) or,
+/// high = U_j + M_j (class reliable). Uniform fp16 / bf16 (kShift) bound d^ - A(x) instead, where
+/// A(x) = fl(||x~||^2) - ||x~||^2 is the rounding of the point's own norm: it is the same for
+/// every centre, so comparing the shifted values of two centres compares their d^. With
+/// B_j = fl(||c~_j||^2) - ||c~_j||^2 (cc minus the exact norm, which float holds up to 2^-22
+/// relative: the products of 11- or 8-bit significands are exact), s = fl(fl(||x~||^2) + cc) and
+/// d^ = fl(s - 2 dot^):
+///   d^ - A - ||x~ - c~||^2 = B + (s - fl(||x~||^2) - cc) + 2 (x~.c~ - dot^) + (d^ - (s - 2 dot^)),
+/// where |2 (x~.c~ - dot^)| <= 2 gamma_D sum |x~_q c~_q| <= gamma_D n (n = ||x~||^2 + ||c~||^2),
+/// the rounding of s is at most u s <= 1.05 u n and that of d^ at most u |s - 2 dot^| <=
+/// u (U_j + (2 gamma_D + 1.05 u) n). So low = L_j + B_j - M'_j, high = U_j + B_j + M'_j with
+/// M'_j = err n + eta U_j + 2^-20, err = 1.05 (gamma_D + 1.05 u + u (2 gamma_D + 1.05 u)) + 2^-18
+/// and eta = 1.05 u (the factor 1.05 covers n's computed norm cc >= (1 - gamma_D) ||c~||^2, the
+/// 2^-18 the float arithmetic, the 2^-20 fp16 underflow). Against M_j = 2.1 gamma_{D+2} n this is
+/// about 2.4 times tighter. Mixed modes: a pair's value is d^ (error <= M1 = err n) or,
 /// when it falls back, the direct distance (error <= M2, the eta and H-rounding terms); and when
 /// d^ passes the test, d^ > fl_H(factor s) >= rho' |d^ - d~| (the test's factor is rho times the
 /// error bound's, less the rounding of s), so d~ rho' / (rho' + 1) <= d^ <= d~ rho' / (rho' - 1).
@@ -1033,7 +1050,7 @@ struct MixedBounds {
 /// [max(L - M1, rel1 L), min(U + M1, rel2 U)]; falls: the direct distance, in [L - M2, U + M2];
 /// unknown: either. For the near centres (whose pairs mostly fall back) this is much tighter
 /// than the M1 margin alone.
-template <bool kFallback, int DT>
+template <bool kFallback, bool kShift, int DT>
 __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float err,
                                     float eta, float thr, const MixedBounds& mb, float& low,
                                     float& high, int& cls) {
@@ -1058,6 +1075,15 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     const float lowF = l - m2, highF = u + m2;
     low = cls == kClassReliable ? lowR : (cls == kClassFalls ? lowF : fminf(lowR, lowF));
     high = cls == kClassReliable ? highR : (cls == kClassFalls ? highF : fmaxf(highR, highF));
+  } else if constexpr (kShift) {
+    float exact = 0.f;  // ||c~||^2 up to float rounding
+#pragma unroll
+    for (int q = 0; q < DT; ++q) exact = fmaf(c[q], c[q], exact);
+    const float shift = cc - exact;
+    const float m = fmaf(eta, u, m1);
+    high = u + shift + m;
+    low = l + shift - m;
+    cls = kClassReliable;
   } else {
     high = u + m1;
     low = l - m1;
@@ -1136,7 +1162,8 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const
       for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
       cc = convert<float>(lc.cc);
     }
-    centreBounds<kFallback>(b, c, cc, a.pruneErr, a.pruneEta, a.pruneThr, mb, low, high, cls);
+    centreBounds<kFallback, !kFallback && kPackedLow<LowT>>(b, c, cc, a.pruneErr, a.pruneEta,
+                                                            a.pruneThr, mb, low, high, cls);
   };
   // The least upper bound over all centres (non-negative, so the bits order as integers). The
   // first 32 centres' lower bounds and classes are kept for the test below (K <= 32: one
@@ -2266,8 +2293,16 @@ class Run final : public LloydRun {
       args_.boxes = boxes_.get();
       args_.tileSums = tileSums_.get();
       args_.tileState = tileState_.get();
-      args_.pruneErr = up(1.05 * 2.0 * gammaN(d_ + 2, u) + 0x1p-18);
-      args_.pruneEta = kFallback ? up(1.05 * u) : 0.f;
+      if constexpr (!kFallback && kPackedLow<LowT>) {
+        // Uniform fp16 / bf16: the margin of the values shifted by the point's norm rounding
+        // (centreBounds).
+        const double g = gammaN(d_, u);
+        args_.pruneErr = up(1.05 * (g + 1.05 * u + u * (2.0 * g + 1.05 * u)) + 0x1p-18);
+        args_.pruneEta = up(1.05 * u);
+      } else {
+        args_.pruneErr = up(1.05 * 2.0 * gammaN(d_ + 2, u) + 0x1p-18);
+        args_.pruneEta = kFallback ? up(1.05 * u) : 0.f;
+      }
       args_.pruneThr =
           kFallback ? up(double(args_.factor) * (1.0 + 8.0 * u) * (1.0 + 0x1p-16)) : 0.f;
       if constexpr (kFallback) {
