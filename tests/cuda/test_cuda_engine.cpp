@@ -455,9 +455,9 @@ std::int64_t lateEmptyEvents(const KMeansResult& r) {
 // The fast pass's centre pruning (useBounds, on by default) must give the full scan's run bit for
 // bit: labels, centroids, iterations, stop reason, and per iteration the changed labels and the
 // fallback counts (pruned centres must be ones that provably neither win nor fall back). Cases:
-// photos at K = 32, runs of one label at K = 9 and K = 300 (several candidate words, 16-bit
-// labels), negative features, near points around 20 (most pairs fall back), re-seeding, and
-// settled tiles that re-seeding disturbs; in W fp32 and fp64.
+// photos at K = 32 and 64 (up to 2.1 megapixels), runs of one label at K = 9 and K = 300 (several
+// candidate words, 16-bit labels), negative features, near points around 20 (most pairs fall back),
+// re-seeding, and settled tiles that re-seeding disturbs; in W fp32 and fp64.
 TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
   KMSEG_REQUIRE_GPU();
   const Mode mode = GetParam();
@@ -470,6 +470,17 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
   cases.push_back({"coffee in tiles", cf,
                    gatherRows(cf, chooseInitialCentres(cf, 32, Init::RandomPoints, 4)), 32,
                    coffee.width});
+  // Larger photos (2.1 and 1.2 megapixels), the second with two candidate words per tile.
+  const Photo bee = photo("samples/european-honey-bee.jpg");
+  const Matrix& bf = bee.features;
+  cases.push_back({"bee in tiles", bf,
+                   gatherRows(bf, chooseInitialCentres(bf, 32, Init::RandomPoints, 1)), 32,
+                   bee.width});
+  const Photo citrus = photo("samples/citrus-fruits.jpg");
+  const Matrix& tf = citrus.features;
+  cases.push_back({"citrus in tiles", tf,
+                   gatherRows(tf, chooseInitialCentres(tf, 64, Init::RandomPoints, 5)), 64,
+                   citrus.width});
   const Matrix runs = blobs(20000, 5, 9, 0.03, 7, 64);
   for (int k : {9, 300})
     cases.push_back(
