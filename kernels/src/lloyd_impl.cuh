@@ -553,7 +553,8 @@ inline constexpr bool kPackedLow =
 /// Whether the fast pass takes the packed path: every fp16 / bf16 mode except bf16 with a
 /// fallback. bf16's reliability factor is 8 times fp16's, so a large share of the pairs is not
 /// vouched for by the packed test and the exact re-evaluation costs more than packing saves
-/// (H200, 12 MP, K = 32: bf16>fp32 1.22 ms per iteration packed, 0.62 ms scalar).
+/// (H200, 12 MP, K = 32: bf16>fp32 1.22 ms per iteration packed, 0.62 ms scalar; measured again
+/// with the packed test for falling pairs: 0.455 packed, 0.363 scalar).
 template <class LowT, bool kFallback>
 inline constexpr bool kPackedPass = std::is_same_v<LowT, __half> ||
                                     (std::is_same_v<LowT, __nv_bfloat16> && !kFallback);
