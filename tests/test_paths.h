@@ -26,11 +26,12 @@ namespace detail {
 class ScratchRoot {
  public:
   ScratchRoot()
-      : path_(std::filesystem::temp_directory_path() /
-              ("kmseg-test-" + std::to_string(::getpid()))) {}
+      : owner_(::getpid()),
+        path_(std::filesystem::temp_directory_path() / ("kmseg-test-" + std::to_string(owner_))) {}
   ScratchRoot(const ScratchRoot&) = delete;
   ScratchRoot& operator=(const ScratchRoot&) = delete;
   ~ScratchRoot() {
+    if (::getpid() != owner_) return;  // a forked child exiting leaves its parent's files alone
     const char* keep = std::getenv("KMSEG_KEEP_TEST_FILES");
     if (keep && *keep && std::string(keep) != "0") return;
     std::error_code ignored;  // best effort: a leftover file must not fail the run
@@ -39,6 +40,7 @@ class ScratchRoot {
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  pid_t owner_;
   std::filesystem::path path_;
 };
 
