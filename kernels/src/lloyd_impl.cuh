@@ -838,8 +838,7 @@ __device__ inline void scalarCount(const A& a, const LC* scl, const unsigned* ca
         left &= left - 1;
         const LC& c = scl[j];
         const Expanded<LowT> e = expandedDistance<LowT>(xxp, c.cc, dotProduct<LowT>(xp, c.c, DT));
-        const H dHat = convert<H>(e.distance);
-        fallbacks += unsigned(!reliable<H>(dHat, convert<H>(e.sumNorms), a.factor));
+        fallbacks += unsigned(fallsBack<LowT, H>(e, a.factor));
       }
     }
   }
@@ -947,8 +946,7 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
           for (int p = 0; p < P; ++p) {
             const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
             const Expanded<LowT> e = expandedDistance<LowT>(xx[p], c.cc, dot);
-            const H dHat = convert<H>(e.distance);
-            fallbacks += unsigned(!reliable<H>(dHat, convert<H>(e.sumNorms), a.factor) && valid[p]);
+            fallbacks += unsigned(fallsBack<LowT, H>(e, a.factor) && valid[p]);
           }
         }
       }

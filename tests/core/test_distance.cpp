@@ -82,6 +82,37 @@ TEST(Reliability, NearPointsFallBackAndRestoreAccuracy) {
   }
 }
 
+// fallsBack is mixedDistance's test alone: the same verdict on every pair, and both verdicts
+// occur (near pairs fall back, far ones do not).
+TEST(Reliability, FallsBackIsTheTestOfMixedDistance) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::normal_distribution<double> g(0.0, 1.0);
+  constexpr int d = 5;
+  const float factor = float(reliabilityFactor(5.0, d, Precision::Fp16));
+  int fell = 0;
+  const int pairs = 2000;
+  for (int t = 0; t < pairs; ++t) {
+    const bool near = t % 2 == 0;
+    EmuHalf xl[d], cl[d];
+    float xh[d], ch[d];
+    for (int i = 0; i < d; ++i) {
+      const double x = u(rng), c = near ? x + 0.01 * g(rng) : u(rng);
+      xh[i] = float(x), ch[i] = float(c);
+      xl[i] = convert<EmuHalf>(xh[i]), cl[i] = convert<EmuHalf>(ch[i]);
+    }
+    const Expanded<EmuHalf> e = expandedDistance<EmuHalf>(
+        squaredNorm<EmuHalf>(xl, d), squaredNorm<EmuHalf>(cl, d), dotProduct<EmuHalf>(xl, cl, d));
+    bool fellBack = false;
+    mixedDistance<EmuHalf, float>(e, xh, ch, d, factor, &fellBack);
+    const bool alone = fallsBack<EmuHalf, float>(e, factor);
+    ASSERT_EQ(alone, fellBack) << "pair " << t;
+    fell += fellBack;
+  }
+  EXPECT_GT(fell, 0);
+  EXPECT_LT(fell, pairs);
+}
+
 TEST(Reliability, UniformFp32IsAccurateOnFarPoints) {
   EXPECT_LT(measure(Mode::Fp32, Precision::Fp32, false, 16, 1000, 3).maxRelError, 1e-5);
   EXPECT_LT(measure(Mode::Fp64, Precision::Fp64, false, 16, 1000, 3).maxRelError, 1e-13);

@@ -80,6 +80,13 @@ KMSEG_HOST_DEVICE inline bool reliable(H dHat, H sumNorms, H factor) {
   return dHat > M::mul(factor, sumNorms);
 }
 
+/// Whether the pair of `e` falls back (the reliability test in H fails): mixedDistance's test
+/// alone, for a pair whose distance is not needed.
+template <class LowT, class H>
+KMSEG_HOST_DEVICE inline bool fallsBack(const Expanded<LowT>& e, H factor) {
+  return !reliable<H>(convert<H>(e.distance), convert<H>(e.sumNorms), factor);
+}
+
 /// The distance a mixed mode takes for one pair (paper eq. 20): the low-precision expanded value
 /// when it passes the reliability test, otherwise the direct formula in H from the
 /// working-precision rows `xh` and `ch` (already converted to H). Sets `*fellBack`.
