@@ -56,13 +56,15 @@ inline constexpr int kAssignThreads = 256;
 inline constexpr int kWarps = kAssignThreads / 32;
 inline constexpr int kReduceThreads = 256;
 inline constexpr int kOneBlockThreads = 1024;
-// Centre entries (K D) up to which updateKernel stages the old and new centres in shared memory.
-inline constexpr int kUpdateStage = 2048;
-// Shared memory of the kernels that run update(): its two staging arrays, or reseedKernel's
-// argmax buffers, which are done with before update() starts.
+// Centre entries (K D) up to which update() keeps the shift terms and the low centres in shared
+// memory (two doubles and one low value, at most a double, per entry).
+inline constexpr int kUpdateStage = 1024;
+// Shared memory of the kernels that run update(): its staging arrays, or reseedKernel's argmax
+// buffers, which are done with before update() starts.
 template <class WT>
 inline constexpr std::size_t kUpdateShared =
-    std::max(2 * kUpdateStage * sizeof(WT), kOneBlockThreads*(sizeof(WT) + sizeof(long long)));
+    std::max(kUpdateStage*(2 * sizeof(double) + sizeof(double)),
+             kOneBlockThreads*(sizeof(WT) + sizeof(long long)));
 // Dynamic shared memory the assignment kernel may use without opting in (48 KiB) less room
 // for its static shared variables.
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
@@ -1885,45 +1887,60 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   if (assign) addBlockCounts(changed, fallbacks, cycleDiff, totals, a.state);
 }
 
-/// Sums the block partials of one element per block: blockIdx.x < K D gives sums[e], the rest
-/// counts[j]. Determinism: thread t adds partials t, t + 256, ... in order, then a fixed shared
-/// memory tree; the order depends only on the number of partials.
+/// Sums the block partials, one element per warp: warp w of the grid takes sums[w] for w < K D,
+/// else counts[w - K D]. Determinism: a fixed order that depends only on the number of partials:
+/// 256 serial sums (sum t of partials t, t + 256, ...) added in a binary tree (sum t takes
+/// sum t + 128 for t < 128, then t + 64 for t < 64, ..., t + 1 for t = 0); lane l holds the serial
+/// sums t = l + 32 i, so the tree's first three levels stay in the lane and the last five are
+/// shuffles.
 template <class A>
 __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
   if (!always && a.state->empty == 0) return;
   const int kd = a.k * a.d;
-  const int e = blockIdx.x;
+  const int e = int(blockIdx.x) * (kReduceThreads / 32) + int(threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (e >= kd + a.k) return;  // whole warps
+  constexpr int kSerial = kReduceThreads / 32;
   if (e < kd) {
-    __shared__ WT buf[kReduceThreads];
-    WT v = WT(0);
     const WT* src = a.partialSum + std::size_t(e) * a.blocks;
-    for (int b = threadIdx.x; b < a.blocks; b += kReduceThreads) v = v + src[b];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s) buf[threadIdx.x] = buf[threadIdx.x] + buf[threadIdx.x + s];
-      __syncthreads();
+    WT v[kSerial];
+#pragma unroll
+    for (int i = 0; i < kSerial; ++i) v[i] = WT(0);
+    // Round r (0, 256, ...) adds partials r + l + 32 i; its loads go out before its adds.
+    for (int r = 0; r < a.blocks; r += kReduceThreads) {
+      WT x[kSerial];
+#pragma unroll
+      for (int i = 0; i < kSerial; ++i) {
+        const int b = r + lane + 32 * i;
+        x[i] = b < a.blocks ? src[b] : WT(0);
+      }
+#pragma unroll
+      for (int i = 0; i < kSerial; ++i)
+        if (r + lane + 32 * i < a.blocks) v[i] = v[i] + x[i];
     }
-    if (threadIdx.x == 0) a.sums[e] = buf[0];
+#pragma unroll
+    for (int h = kSerial / 2; h > 0; h >>= 1)
+#pragma unroll
+      for (int i = 0; i < h; ++i) v[i] = v[i] + v[i + h];
+#pragma unroll
+    for (int h = 16; h > 0; h >>= 1) {
+      const WT o = __shfl_down_sync(0xffffffffu, v[0], h);
+      if (lane < h) v[0] = v[0] + o;
+    }
+    if (lane == 0) a.sums[e] = v[0];
   } else {
-    __shared__ unsigned long long cbuf[kReduceThreads];
     const int j = e - kd;
     unsigned long long v = 0;
     const unsigned* src = a.partialCount + std::size_t(j) * a.blocks;
-    for (int b = threadIdx.x; b < a.blocks; b += kReduceThreads) v += src[b];
-    cbuf[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s) cbuf[threadIdx.x] += cbuf[threadIdx.x + s];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) a.counts[j] = (long long)cbuf[0];
+    for (int b = lane; b < a.blocks; b += 32) v += src[b];
+    for (int h = 16; h > 0; h >>= 1) v += __shfl_down_sync(0xffffffffu, v, h);
+    if (lane == 0) a.counts[j] = (long long)v;
   }
 }
 
-template <class A, class WT>
-__device__ void update(const A& a, WT* stageOld, WT* stageNew);
+template <class A>
+__device__ void update(const A& a, unsigned char* smem);
 
 /// Re-seeds empty clusters (lloyd_rules.h: fartherCandidate) in ascending order, each with the
 /// point farthest (direct formula in W) from the centre it was assigned to, among points whose
@@ -1989,8 +2006,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) reseedKernel(Args<LowT, High
   // iteration); otherwise the IF branch recomputes the sums and runs updateKernel.
   if (events == 0) {
     __syncthreads();
-    WT* stage = reinterpret_cast<WT*>(buf);
-    update(a, stage, stage + kUpdateStage);
+    update(a, buf);
   }
 }
 
@@ -2001,12 +2017,11 @@ __device__ int readCancel(const A& a) {
   return *reinterpret_cast<volatile int*>(&a.mapped->cancel);
 }
 
-// Writes the trace entry of iteration `it` to device and mapped memory, publishes the progress
-// and sets the loop condition from the stop test and `cancel` (readCancel at the kernel's
-// start). Thread 0 only.
+// Writes the trace entry `e` of iteration `it` (already in a.trace) to mapped memory, publishes
+// the progress and sets the loop condition from the stop test and `cancel` (readCancel at the
+// kernel's start). Thread 0 only.
 template <class A>
-__device__ void publish(const A& a, int it, int cancel) {
-  const TraceEntry e = a.trace[it - 1];
+__device__ void publish(const A& a, int it, int cancel, const TraceEntry& e) {
   a.traceHost[it - 1] = e;
   __threadfence_system();
   *reinterpret_cast<volatile int*>(&a.mapped->completed) = it;
@@ -2015,51 +2030,87 @@ __device__ void publish(const A& a, int it, int cancel) {
 }
 
 /// New centres (sum / count in W, an empty cluster keeps its centre), the centre shift, the stop
-/// test, the trace entry, and the low/high centre copies for the next iteration. One block.
-template <class A, class WT>
-__device__ void update(const A& a, WT* stageOld, WT* stageNew) {
+/// test, the trace entry, and the low/high centre copies for the next iteration. One block;
+/// `smem` holds kUpdateShared<WT> bytes.
+///
+/// The update sits between two passes on every iteration, so it is written for latency: thread 0
+/// loads the loop state first; with K D <= kUpdateStage each thread computes its entries' new
+/// value, copies and shift terms at once (centreShiftTerms, kept in shared memory), then thread 0
+/// adds the terms in index order (relativeCentreShift's order) and writes the trace entry while
+/// the other warps compute the low norms from a shared copy of the low centres.
+template <class A>
+__device__ void update(const A& a, unsigned char* smem) {
+  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cl)>>;
+  using H = std::remove_cv_t<std::remove_pointer_t<decltype(a.ch)>>;
   const int kd = a.k * a.d;
-  const int it = a.state->iteration + 1;
-  // The shift is one thread's serial sum (lloyd_rules.h); it reads copies of the old and new
-  // centres in shared memory when they fit, so that its loop does not wait on global memory.
-  const bool staged = kd <= kUpdateStage;
-  const int cancel = threadIdx.x == 0 && !a.traceSse ? readCancel(a) : 0;
-  for (int e = threadIdx.x; e < kd; e += blockDim.x) {
-    const long long c = a.counts[e / a.d];
-    const WT old = a.cw[e];
-    const WT v = c > 0 ? a.sums[e] / WT(c) : old;
-    a.cwNew[e] = v;
-    if (staged) stageOld[e] = old, stageNew[e] = v;
-  }
-  __syncthreads();
-  __shared__ double shift;
-  if (threadIdx.x == 0)
-    shift = staged ? relativeCentreShift<WT>(stageOld, stageNew, kd)
-                   : relativeCentreShift<WT>(a.cw, a.cwNew, kd);
-  __syncthreads();
-  for (int e = threadIdx.x; e < kd; e += blockDim.x) a.cw[e] = a.cwNew[e];
-  __syncthreads();
-  prepareCentres(a);
+  DeviceState& s = *a.state;
+  int it = 0, cancel = 0;
+  TraceEntry t{};
+  bool sameAsTwoAgo = false;
   if (threadIdx.x == 0) {
-    DeviceState& s = *a.state;
-    TraceEntry t;
+    it = s.iteration + 1;
+    cancel = a.traceSse ? 0 : readCancel(a);
     t.changed = (long long)s.changed;
     t.fallbacks = (long long)s.fallbacks;
     t.empty = s.empty;
-    t.shift = shift;
     t.sse = -1.0;
+    sameAsTwoAgo = it >= 3 && s.cycleDiff == 0;
+  }
+  if (kd <= kUpdateStage) {
+    double* moved = reinterpret_cast<double*>(smem);
+    double* size = moved + kUpdateStage;
+    LowT* low = reinterpret_cast<LowT*>(size + kUpdateStage);
+    for (int e = threadIdx.x; e < kd; e += blockDim.x) {
+      const long long c = a.counts[e / a.d];
+      const WT old = a.cw[e];
+      const WT v = c > 0 ? a.sums[e] / WT(c) : old;
+      a.cw[e] = v;
+      const ShiftTerms st = centreShiftTerms(old, v);
+      moved[e] = st.moved;
+      size[e] = st.size;
+      const LowT l = convert<LowT>(v);
+      low[e] = l;
+      a.cl[e] = l;
+      if (a.ch) a.ch[e] = convert<H>(v);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double m = 0.0, z = 0.0;
+#pragma unroll 8
+      for (int e = 0; e < kd; ++e) {
+        m += moved[e];
+        z += size[e];
+      }
+      t.shift = centreShiftOfSums(m, z);
+    } else if (threadIdx.x >= 32) {
+      for (int j = threadIdx.x - 32; j < a.k; j += blockDim.x - 32)
+        a.ccl[j] = squaredNorm<LowT>(low + j * a.d, a.d);
+    }
+  } else {
+    for (int e = threadIdx.x; e < kd; e += blockDim.x) {
+      const long long c = a.counts[e / a.d];
+      a.cwNew[e] = c > 0 ? a.sums[e] / WT(c) : a.cw[e];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) t.shift = relativeCentreShift<WT>(a.cw, a.cwNew, kd);
+    __syncthreads();
+    for (int e = threadIdx.x; e < kd; e += blockDim.x) a.cw[e] = a.cwNew[e];
+    __syncthreads();
+    prepareCentres(a);
+  }
+  if (threadIdx.x == 0) {
     a.trace[it - 1] = t;
     StopReason reason{};
-    const bool stop =
-        shouldStop({it, a.maxIterations, t.changed, t.empty, it >= 3 && s.cycleDiff == 0,
-                    a.detectCycles != 0, shift, a.tolerance},
-                   &reason);
+    const bool stop = shouldStop({it, a.maxIterations, t.changed, t.empty, sameAsTwoAgo,
+                                  a.detectCycles != 0, t.shift, a.tolerance},
+                                 &reason);
     s.stop = stop;
     s.reason = int(reason);
     s.iteration = it;
     s.changed = s.fallbacks = s.cycleDiff = 0;
     s.empty = 0;
-    if (!a.traceSse) publish(a, it, cancel);
+    if (!a.traceSse) publish(a, it, cancel, t);
   }
 }
 
@@ -2071,8 +2122,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a, int reseed
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
   if (reseeded && a.state->empty == 0) return;
   __shared__ __align__(16) unsigned char buf[kUpdateShared<WT>];
-  WT* stage = reinterpret_cast<WT*>(buf);
-  update(a, stage, stage + kUpdateStage);
+  update(a, buf);
 }
 
 /// Per-block fp64 SSE of the current labels against the current centres, on the original rows.
@@ -2115,8 +2165,10 @@ __global__ void __launch_bounds__(kOneBlockThreads) publishKernel(A a) {
   }
   if (threadIdx.x == 0) {
     const int it = a.state->iteration;
-    a.trace[it - 1].sse = buf[0];
-    publish(a, it, cancel);
+    TraceEntry e = a.trace[it - 1];
+    e.sse = buf[0];
+    a.trace[it - 1] = e;
+    publish(a, it, cancel, e);
   }
 }
 
@@ -2519,7 +2571,7 @@ class Run final : public LloydRun {
   // Loop body part 1: assignment, reduction, re-seeding.
   void launchAssignReseed(cudaStream_t s) {
     launchAssign(s, 1);
-    KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, 1);
+    KMSEG_LAUNCH(reduceKernel<A>, reduceBlocks(), kReduceThreads, 0, s, args_, 1);
     KMSEG_LAUNCH((reseedKernel<LowT, HighT, WT, LabelT>), 1, kOneBlockThreads, 0, s, args_);
   }
 
@@ -2527,7 +2579,7 @@ class Run final : public LloydRun {
   // return at once when nothing was re-seeded.
   void launchSumsAgain(cudaStream_t s) {
     launchAssign(s, 0);
-    KMSEG_LAUNCH(reduceKernel<A>, unsigned(k_ * d_ + k_), kReduceThreads, 0, s, args_, 0);
+    KMSEG_LAUNCH(reduceKernel<A>, reduceBlocks(), kReduceThreads, 0, s, args_, 0);
     KMSEG_LAUNCH(updateKernel<A>, 1, kOneBlockThreads, 0, s, args_, 1);
   }
 
@@ -2538,6 +2590,12 @@ class Run final : public LloydRun {
       KMSEG_LAUNCH(sseKernel<A>, unsigned(blocks_), kAssignThreads, 0, s, args_);
       KMSEG_LAUNCH(publishKernel<A>, 1, kOneBlockThreads, 0, s, args_);
     }
+  }
+
+  // reduceKernel's grid: one warp per element (K D sums, K counts).
+  unsigned reduceBlocks() const {
+    constexpr int kPerBlock = kReduceThreads / 32;
+    return unsigned((k_ * d_ + k_ + kPerBlock - 1) / kPerBlock);
   }
 
   void launchAssign(cudaStream_t s, int assign) {

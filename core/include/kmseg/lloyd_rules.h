@@ -35,19 +35,38 @@ KMSEG_HOST_DEVICE inline bool fartherCandidate(D d, std::int64_t index, D bestD,
   return d > bestD || (d == bestD && index < bestIndex);
 }
 
-/// ||C_new - C_old||_F / ||C_new||_F over `n` entries, accumulated in double in index order.
-/// 0 when nothing moved; infinity when the new centres are all zero but something moved.
+/// The two terms one centre entry adds to relativeCentreShift's sums, (new - old)^2 and new^2,
+/// in double. Each is rounded on its own, so an engine may compute them in parallel.
+struct ShiftTerms {
+  double moved;  ///< (new - old)^2
+  double size;   ///< new^2
+};
+
+template <class W>
+KMSEG_HOST_DEVICE inline ShiftTerms centreShiftTerms(W oldC, W newC) {
+  const double a = double(newC), b = double(oldC);
+  return {(a - b) * (a - b), a * a};
+}
+
+/// relativeCentreShift from the sums of its terms over all entries.
+KMSEG_HOST_DEVICE inline double centreShiftOfSums(double moved, double size) {
+  if (moved == 0.0) return 0.0;
+  if (size == 0.0) return __builtin_huge_val();
+  return __builtin_sqrt(moved / size);
+}
+
+/// ||C_new - C_old||_F / ||C_new||_F over `n` entries: the terms (centreShiftTerms) added in
+/// double in index order. 0 when nothing moved; infinity when the new centres are all zero but
+/// something moved.
 template <class W>
 KMSEG_HOST_DEVICE inline double relativeCentreShift(const W* oldC, const W* newC, int n) {
-  double num = 0.0, den = 0.0;
+  double moved = 0.0, size = 0.0;
   for (int i = 0; i < n; ++i) {
-    const double a = double(newC[i]), b = double(oldC[i]);
-    num += (a - b) * (a - b);
-    den += a * a;
+    const ShiftTerms t = centreShiftTerms(oldC[i], newC[i]);
+    moved += t.moved;
+    size += t.size;
   }
-  if (num == 0.0) return 0.0;
-  if (den == 0.0) return __builtin_huge_val();
-  return __builtin_sqrt(num / den);
+  return centreShiftOfSums(moved, size);
 }
 
 /// What the stop test looks at after iteration `iteration` (1-based): assignment, re-seeding of
