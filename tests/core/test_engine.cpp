@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <vector>
 
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
@@ -185,6 +186,32 @@ TEST(Lloyd, StopTestOrder) {
   s.changed = 0;
   s.iteration = 5;
   EXPECT_FALSE(shouldStop(s, &why));  // a re-seeded cluster is not convergence
+}
+
+// The relative centre shift: a known answer, its edge cases, and the terms form the CUDA update
+// adds in parallel (centreShiftTerms, centreShiftOfSums) giving the same bits.
+TEST(Lloyd, RelativeCentreShift) {
+  const float oldC[4] = {0.0f, 1.0f, 2.0f, 3.0f};
+  const float newC[4] = {0.0f, 1.0f, 2.0f, 4.0f};
+  // ||(0, 0, 0, 1)|| / ||(0, 1, 2, 4)|| = 1 / sqrt(21).
+  EXPECT_DOUBLE_EQ(relativeCentreShift(oldC, newC, 4), 1.0 / std::sqrt(21.0));
+  EXPECT_EQ(relativeCentreShift(oldC, oldC, 4), 0.0);
+  const float zero[4] = {};
+  EXPECT_TRUE(std::isinf(relativeCentreShift(oldC, zero, 4)));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> a(160), b(160);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = u(rng), b[i] = a[i] + 1e-3f * u(rng);
+  double moved = 0.0, size = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const ShiftTerms t = centreShiftTerms(a[i], b[i]);
+    moved += t.moved;
+    size += t.size;
+  }
+  const double shift = relativeCentreShift(a.data(), b.data(), int(a.size()));
+  EXPECT_EQ(centreShiftOfSums(moved, size), shift);
+  EXPECT_GT(shift, 1e-4);
+  EXPECT_LT(shift, 1e-2);
 }
 
 // Results do not depend on the number of threads: sums use a partition fixed by N, K and D.
