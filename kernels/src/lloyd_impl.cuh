@@ -63,8 +63,7 @@ inline constexpr int kUpdateStage = 1024;
 // buffers, which are done with before update() starts.
 template <class WT>
 inline constexpr std::size_t kUpdateShared =
-    std::max(kUpdateStage*(2 * sizeof(double) + sizeof(double)),
-             kOneBlockThreads*(sizeof(WT) + sizeof(long long)));
+    std::max(kUpdateStage * 3 * sizeof(double), kOneBlockThreads*(sizeof(WT) + sizeof(long long)));
 // Dynamic shared memory the assignment kernel may use without opting in (48 KiB) less room
 // for its static shared variables.
 inline constexpr std::size_t kSharedLimit = 47 * 1024;

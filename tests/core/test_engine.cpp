@@ -188,8 +188,9 @@ TEST(Lloyd, StopTestOrder) {
   EXPECT_FALSE(shouldStop(s, &why));  // a re-seeded cluster is not convergence
 }
 
-// The relative centre shift: a known answer, its edge cases, and the terms form the CUDA update
-// adds in parallel (centreShiftTerms, centreShiftOfSums) giving the same bits.
+// The relative centre shift: a known answer, its edge cases, and the definition's bits from both
+// the function and the terms form the CUDA update adds in parallel (centreShiftTerms,
+// centreShiftOfSums).
 TEST(Lloyd, RelativeCentreShift) {
   const float oldC[4] = {0.0f, 1.0f, 2.0f, 3.0f};
   const float newC[4] = {0.0f, 1.0f, 2.0f, 4.0f};
@@ -202,16 +203,25 @@ TEST(Lloyd, RelativeCentreShift) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> a(160), b(160);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = u(rng), b[i] = a[i] + 1e-3f * u(rng);
+  // The definition written out (sums in double, index order); the function and the terms form
+  // must give its bits.
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = b[i], y = a[i];
+    num += (x - y) * (x - y);
+    den += x * x;
+  }
+  const double expected = std::sqrt(num / den);
+  EXPECT_EQ(relativeCentreShift(a.data(), b.data(), int(a.size())), expected);
   double moved = 0.0, size = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i) {
     const ShiftTerms t = centreShiftTerms(a[i], b[i]);
     moved += t.moved;
     size += t.size;
   }
-  const double shift = relativeCentreShift(a.data(), b.data(), int(a.size()));
-  EXPECT_EQ(centreShiftOfSums(moved, size), shift);
-  EXPECT_GT(shift, 1e-4);
-  EXPECT_LT(shift, 1e-2);
+  EXPECT_EQ(centreShiftOfSums(moved, size), expected);
+  EXPECT_GT(expected, 1e-4);
+  EXPECT_LT(expected, 1e-2);
 }
 
 // Results do not depend on the number of threads: sums use a partition fixed by N, K and D.
