@@ -592,11 +592,9 @@ struct Lloyd {
           reduce(counts, sums);
         }
       }
-      for (std::size_t j = 0; j < k; ++j) {
-        const WT cnt = WT(counts[j]);
+      for (std::size_t j = 0; j < k; ++j)
         for (std::size_t q = 0; q < d; ++q)
-          newC[j * d + q] = counts[j] > 0 ? sums[j * d + q] / cnt : cw[j * d + q];
-      }
+          newC[j * d + q] = updatedCentre(sums[j * d + q], counts[j], cw[j * d + q]);
       st.centreShift = relativeCentreShift(cw.data(), newC.data(), int(k * d));
       std::swap(cw, newC);
       if (params.traceSse) st.sse = sseOf(labels.data(), cw);

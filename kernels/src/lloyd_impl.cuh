@@ -301,17 +301,23 @@ __device__ inline unsigned warpSumCount(unsigned v) {
 #endif
 }
 
+// Centre entry e's low copy (returned) and high copy, from its value w in W.
+template <class A, class W>
+__device__ inline auto storeCentreCopies(const A& a, int e, W w) {
+  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cl)>>;
+  using H = std::remove_cv_t<std::remove_pointer_t<decltype(a.ch)>>;
+  const LowT l = convert<LowT>(w);
+  a.cl[e] = l;
+  if (a.ch) a.ch[e] = convert<H>(w);
+  return l;
+}
+
 // Low and high copies of the centres and the low norms, from cw. Block-strided over K.
 template <class A>
 __device__ void prepareCentres(const A& a) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cl)>>;
-  using H = std::remove_cv_t<std::remove_pointer_t<decltype(a.ch)>>;
   for (int j = threadIdx.x; j < a.k; j += blockDim.x) {
-    for (int q = 0; q < a.d; ++q) {
-      const auto w = a.cw[j * a.d + q];
-      a.cl[j * a.d + q] = convert<LowT>(w);
-      if (a.ch) a.ch[j * a.d + q] = convert<H>(w);
-    }
+    for (int q = 0; q < a.d; ++q) storeCentreCopies(a, j * a.d + q, a.cw[j * a.d + q]);
     a.ccl[j] = squaredNorm<LowT>(a.cl + j * a.d, a.d);
   }
 }
@@ -1914,9 +1920,9 @@ __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) 
         const int b = r + lane + 32 * i;
         x[i] = b < a.blocks ? src[b] : WT(0);
       }
+      // A padded zero leaves the sum as it was: it never is -0 (it starts at +0).
 #pragma unroll
-      for (int i = 0; i < kSerial; ++i)
-        if (r + lane + 32 * i < a.blocks) v[i] = v[i] + x[i];
+      for (int i = 0; i < kSerial; ++i) v[i] = v[i] + x[i];
     }
 #pragma unroll
     for (int h = kSerial / 2; h > 0; h >>= 1)
@@ -2041,7 +2047,6 @@ template <class A>
 __device__ void update(const A& a, unsigned char* smem) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cl)>>;
-  using H = std::remove_cv_t<std::remove_pointer_t<decltype(a.ch)>>;
   const int kd = a.k * a.d;
   DeviceState& s = *a.state;
   int it = 0, cancel = 0;
@@ -2061,17 +2066,13 @@ __device__ void update(const A& a, unsigned char* smem) {
     double* size = moved + kUpdateStage;
     LowT* low = reinterpret_cast<LowT*>(size + kUpdateStage);
     for (int e = threadIdx.x; e < kd; e += blockDim.x) {
-      const long long c = a.counts[e / a.d];
       const WT old = a.cw[e];
-      const WT v = c > 0 ? a.sums[e] / WT(c) : old;
+      const WT v = updatedCentre(a.sums[e], a.counts[e / a.d], old);
       a.cw[e] = v;
       const ShiftTerms st = centreShiftTerms(old, v);
       moved[e] = st.moved;
       size[e] = st.size;
-      const LowT l = convert<LowT>(v);
-      low[e] = l;
-      a.cl[e] = l;
-      if (a.ch) a.ch[e] = convert<H>(v);
+      low[e] = storeCentreCopies(a, e, v);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -2087,10 +2088,8 @@ __device__ void update(const A& a, unsigned char* smem) {
         a.ccl[j] = squaredNorm<LowT>(low + j * a.d, a.d);
     }
   } else {
-    for (int e = threadIdx.x; e < kd; e += blockDim.x) {
-      const long long c = a.counts[e / a.d];
-      a.cwNew[e] = c > 0 ? a.sums[e] / WT(c) : a.cw[e];
-    }
+    for (int e = threadIdx.x; e < kd; e += blockDim.x)
+      a.cwNew[e] = updatedCentre(a.sums[e], a.counts[e / a.d], a.cw[e]);
     __syncthreads();
     if (threadIdx.x == 0) t.shift = relativeCentreShift<WT>(a.cw, a.cwNew, kd);
     __syncthreads();

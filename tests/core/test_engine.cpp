@@ -224,6 +224,19 @@ TEST(Lloyd, RelativeCentreShift) {
   EXPECT_LT(expected, 1e-2);
 }
 
+// The update rule both engines call: the sum over the count, rounded once in W; an empty cluster
+// keeps its centre.
+TEST(Lloyd, UpdatedCentre) {
+  EXPECT_EQ(updatedCentre(1.0f, 3, 7.0f), 1.0f / 3.0f);
+  EXPECT_EQ(updatedCentre(1.0, 3, 7.0), 1.0 / 3.0);
+  EXPECT_NE(double(updatedCentre(1.0f, 3, 7.0f)), 1.0 / 3.0);  // rounded in fp32, not fp64
+  EXPECT_EQ(updatedCentre(0.0f, 0, 7.0f), 7.0f);
+  EXPECT_EQ(updatedCentre(-2.5, 1, 0.25), -2.5);
+  // A count past 2^24 rounds to fp32 before the division, as the engines' W(count) does.
+  const long long big = (1ll << 24) + 1;
+  EXPECT_EQ(updatedCentre(float(big), big, 0.0f), 1.0f);
+}
+
 // Results do not depend on the number of threads: sums use a partition fixed by N, K and D.
 TEST(Lloyd, SameResultForAnyThreadCount) {
   const Matrix data = randomData(100000, 5, 3);  // several blocks of the sum partition

@@ -35,6 +35,13 @@ KMSEG_HOST_DEVICE inline bool fartherCandidate(D d, std::int64_t index, D bestD,
   return d > bestD || (d == bestD && index < bestIndex);
 }
 
+/// One entry of a centre after the update: the cluster's sum over its count in W, or the old
+/// value when the cluster is empty (re-seeding has already run; an empty cluster keeps its centre).
+template <class W>
+KMSEG_HOST_DEVICE inline W updatedCentre(W sum, long long count, W old) {
+  return count > 0 ? sum / W(count) : old;
+}
+
 /// The two terms one centre entry adds to relativeCentreShift's sums, (new - old)^2 and new^2,
 /// in double. Each is rounded on its own, so an engine may compute them in parallel.
 struct ShiftTerms {
