@@ -1250,10 +1250,12 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 }
 
 /// Blocks of the fast pass that must fit on an SM, which caps its registers at 65536 / (256 n):
-/// in W = fp32 four for the uniform fp32 pass (64 registers), three for the packed uniform and
-/// the scalar mixed passes and for fp16>fp32 (85; fp16>fp32 then spills about 200 bytes, and was
-/// still faster than with two blocks: H200, 12 MP, K = 32, 0.289 against 0.302 ms per
-/// iteration), two for fp16>fp64 (128; three were slower); two for the uniform fp64 pass (128;
+/// in W = fp32 four for the uniform fp32 and fp16 passes (64 registers; fp16 then spills about
+/// 90 bytes and was still faster than with three blocks: H200, 12 MP, K = 32, 0.135 against
+/// 0.139 ms per iteration, 38.4 against 41.4 ms per full run; bf16 was not), three for the
+/// uniform bf16 pass, the scalar mixed passes and fp16>fp32 (85; fp16>fp32 then spills about 200
+/// bytes, and was still faster than with two blocks: 0.289 against 0.302 ms per iteration), two
+/// for fp16>fp64 (128; three were slower); two for the uniform fp64 pass (128;
 /// its shared memory allows two). Without the cap the pruning code (warpCandidates) costs each
 /// of them a resident block. The other W = fp64 variants take what they need.
 template <class LowT, class HighT, class WT>
@@ -1262,7 +1264,7 @@ inline constexpr int kFastMinBlocks =
         ? (std::is_same_v<LowT, double> ? 2 : 1)
         : (!std::is_void_v<HighT>
                ? (kPackedPass<LowT, true> && std::is_same_v<HighT, double> ? 2 : 3)
-               : (std::is_same_v<LowT, float> ? 4 : 3));
+               : (std::is_same_v<LowT, __nv_bfloat16> ? 3 : 4));
 
 /// A thread's kFastPoints = 4 consecutive labels as one word (uint8 labels: 32 bits, uint16: 64),
 /// label p in bits [p b, (p + 1) b) for b = kLabelBits.
