@@ -1254,8 +1254,9 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// 90 bytes and was still faster than with three blocks: H200, 12 MP, K = 32, 0.135 against
 /// 0.139 ms per iteration, 38.4 against 41.4 ms per full run; bf16 was not), three for the
 /// uniform bf16 pass, the scalar mixed passes and fp16>fp32 (85; fp16>fp32 then spills about 200
-/// bytes, and was still faster than with two blocks: 0.289 against 0.302 ms per iteration), two
-/// for fp16>fp64 (128; three were slower); two for the uniform fp64 pass (128;
+/// bytes, and was still faster than with two blocks: 0.289 against 0.302 ms per iteration; four
+/// were slower for fp16>fp32, and faster for the other mixed passes at 12 MP but slower at
+/// 0.26 MP), two for fp16>fp64 (128; three were slower); two for the uniform fp64 pass (128;
 /// its shared memory allows two). Without the cap the pruning code (warpCandidates) costs each
 /// of them a resident block. The other W = fp64 variants take what they need.
 template <class LowT, class HighT, class WT>
