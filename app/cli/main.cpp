@@ -117,7 +117,8 @@ int main(int argc, char** argv) {
       "                                      the higher precision where cancellation is "
       "possible\n\n"
       "Examples:\n"
-      "  kmseg segment photo.jpg -k 8 --mode fp16>fp32     one mode next to the fp64 reference\n"
+      "  kmseg segment photo.jpg -k 8 --mode 'fp16>fp32'   one mode next to the fp64 reference\n"
+      "                                                    (quote '>', or write fp16-fp32)\n"
       "  kmseg compare photo.jpg -k 32                     all nine modes, one table\n"
       "  kmseg bench cpu                                   CPU engine against OpenCV's kmeans",
       "kmseg"};

@@ -68,6 +68,9 @@ TEST(Cli, HelpExplainsTheCommands) {
   EXPECT_EQ(r.code, 0);
   for (const char* word : {"segment", "compare", "bench", "fp16>fp32", "fallback"})
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  // The example must survive a copy into a shell, where an unquoted '>' redirects.
+  EXPECT_NE(r.out.find("--mode 'fp16>fp32'"), std::string::npos);
+  EXPECT_EQ(r.out.find("--mode fp16>"), std::string::npos);
   const CliRun s = kmseg("segment --help");
   EXPECT_EQ(s.code, 0);
   for (const char* opt :
