@@ -69,8 +69,8 @@ inline constexpr std::size_t kUpdateShared =
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
 // The fast assignment pass (assignFastKernel): its compile-time D, the points each thread
 // handles per round, the shared memory a block may take so that four blocks share an SM (the
-// fp32 pass's 64 registers, capped by kFastMinBlocks, allow four; at two the pass waited on
-// shared and global loads, ncu 2026-11-29; the packed mixed pass's registers allow two), and the
+// registers that kFastMinBlocks allows decide how many do: four for the uniform fp32 and fp16
+// passes; at two the fp32 pass waited on shared and global loads, ncu 2026-11-29), and the
 // most points one accumulator slot adds in a running sum before the block's fixed-order fold.
 inline constexpr int kFastD = 5;
 inline constexpr int kFastPoints = 4;
