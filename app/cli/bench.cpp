@@ -70,8 +70,8 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                          {"copy_bandwidth_bytes_per_s", bandwidth},
                          {"repeats", o.repeats},
                          {"runs", nlohmann::json::array()}};
-  std::printf("%-10s %5s %9s %9s %7s %9s %9s %6s %10s %6s\n", "mode", "K", "ms/iter", "floor ms",
-              "x floor", "GFLOP/s", "full ms", "iter", "dev MB", "x min");
+  std::printf("%-10s %5s %9s %9s %7s %9s %9s %6s %10s %6s %8s\n", "mode", "K", "ms/iter",
+              "floor ms", "x floor", "GFLOP/s", "full ms", "iter", "dev MB", "x min", "blocks");
   std::vector<Mode> modes(kAllModes.begin(), kAllModes.end());
   if (!o.modes.empty()) {
     modes.clear();
@@ -98,10 +98,14 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
       const double floorMs = 1e3 * it.bytesPerIteration / bandwidth;
       const double gflops = it.flopsPerIteration / (1e6 * it.msPerIteration);
       const double memRatio = double(it.deviceBytes) / double(it.minimalBytes);
-      std::printf("%-10s %5d %9.4f %9.4f %7.2f %9.0f %9.3f %6d %10.1f %6.2f\n",
+      // The pass's grid, and the blocks per SM of its variant ("-": the generic pass).
+      const std::string blocks =
+          std::to_string(it.passBlocks) + "/" +
+          (it.passBlocksPerSm > 0 ? std::to_string(it.passBlocksPerSm) : std::string("-"));
+      std::printf("%-10s %5d %9.4f %9.4f %7.2f %9.0f %9.3f %6d %10.1f %6.2f %8s\n",
                   std::string(modeName(mode)).c_str(), k, it.msPerIteration, floorMs,
                   it.msPerIteration / floorMs, gflops, run.msFullRun, run.iterations,
-                  double(it.deviceBytes) / 1e6, memRatio);
+                  double(it.deviceBytes) / 1e6, memRatio, blocks.c_str());
       json["runs"].push_back({{"mode", modeName(mode)},
                               {"k", k},
                               {"ms_per_iteration", it.msPerIteration},
@@ -112,6 +116,8 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                               {"ratio_to_floor", it.msPerIteration / floorMs},
                               {"ms_full_run", run.msFullRun},
                               {"iterations_full_run", run.iterations},
+                              {"pass_blocks", it.passBlocks},
+                              {"pass_blocks_per_sm", it.passBlocksPerSm},
                               {"device_bytes", it.deviceBytes},
                               {"minimal_bytes", it.minimalBytes},
                               {"device_bytes_over_minimal", memRatio}});

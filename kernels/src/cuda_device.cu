@@ -141,6 +141,8 @@ CudaTiming timeCudaRun(const Matrix& data, const Matrix& initialCentres, const K
   out.msPerIteration = t.iterations > 0 ? t.msFullRun / t.iterations : 0.0;
   out.bytesPerIteration = t.bytesPerIteration;
   out.flopsPerIteration = t.flopsPerIteration;
+  out.passBlocks = t.passBlocks;
+  out.passBlocksPerSm = t.passBlocksPerSm;
   out.deviceBytes = t.deviceBytes;
   out.minimalBytes = t.minimalBytes;
   return out;

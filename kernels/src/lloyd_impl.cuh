@@ -69,8 +69,7 @@ inline constexpr std::size_t kUpdateShared =
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
 // The fast assignment pass (assignFastKernel): its compile-time D, the points each thread
 // handles per round, the shared memory a block may take so that four blocks share an SM (the
-// registers that kFastMinBlocks allows decide how many do: four for the uniform fp32 and fp16
-// passes; at two the fp32 pass waited on shared and global loads, ncu 2026-11-29), and the
+// registers that kFastMinBlocks allows decide how many do), and the
 // most points one accumulator slot adds in a running sum before the block's fixed-order fold.
 inline constexpr int kFastD = 5;
 inline constexpr int kFastPoints = 4;
@@ -1250,22 +1249,22 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 }
 
 /// Blocks of the fast pass that must fit on an SM, which caps its registers at 65536 / (256 n):
-/// in W = fp32 four for the uniform fp32 and fp16 passes (64 registers; fp16 then spills about
-/// 90 bytes and was still faster than with three blocks: H200, 12 MP, K = 32, 0.135 against
-/// 0.139 ms per iteration, 38.4 against 41.4 ms per full run; bf16 was not), three for the
-/// uniform bf16 pass, the scalar mixed passes and fp16>fp32 (85; fp16>fp32 then spills about 200
-/// bytes, and was still faster than with two blocks: 0.289 against 0.302 ms per iteration; four
-/// were slower for fp16>fp32, and faster for the other mixed passes at 12 MP but slower at
-/// 0.26 MP), two for fp16>fp64 (128; three were slower); two for the uniform fp64 pass (128;
-/// its shared memory allows two). Without the cap the pruning code (warpCandidates) costs each
-/// of them a resident block. The other W = fp64 variants take what they need.
+/// in W = fp32 four for the uniform fp32 pass (64 registers; at two it waited on shared and
+/// global loads), three for the uniform fp16 and bf16 passes and the mixed passes but fp16>fp64
+/// (85; fp16>fp32 then spills about 200 bytes and was still faster than with two blocks, 0.289
+/// against 0.302 ms per iteration), two for fp16>fp64 (128; three were slower); two for the
+/// uniform fp64 pass (128; its shared memory allows two). Without the cap the pruning code
+/// (warpCandidates) costs each of them a resident block. The other W = fp64 variants take what
+/// they need. Four blocks (64 registers, 76-304 bytes spilled) were slower for every W = fp32 pass
+/// but fp32 on the H200 at K = 32 at 2, 4, 6, 8, 10, 11, 14, 16 and 24 MP (by 2-14 %), and
+/// faster only at 12 MP, for fp16, bf16>fp32, bf16>fp64 and fp32>fp64 (by 2-7 %).
 template <class LowT, class HighT, class WT>
 inline constexpr int kFastMinBlocks =
     std::is_same_v<WT, double>
         ? (std::is_same_v<LowT, double> ? 2 : 1)
         : (!std::is_void_v<HighT>
                ? (kPackedPass<LowT, true> && std::is_same_v<HighT, double> ? 2 : 3)
-               : (std::is_same_v<LowT, __nv_bfloat16> ? 3 : 4));
+               : (std::is_same_v<LowT, float> ? 4 : 3));
 
 /// A thread's kFastPoints = 4 consecutive labels as one word (uint8 labels: 32 bits, uint16: 64),
 /// label p in bits [p b, (p + 1) b) for b = kLabelBits.
@@ -2510,6 +2509,8 @@ class Run final : public LloydRun {
     // Per pair: D FMAs (2 flops each) for the dot product, add and subtract-twice for the
     // distance; the fallbacks add 3 D per evaluation that falls back (not counted here).
     t.flopsPerIteration = double(n_) * k_ * (2.0 * d_ + 3.0);
+    t.passBlocks = blocks_;
+    t.passBlocksPerSm = fast_ ? perSm_ : 0;
     t.deviceBytes = allocated_;
     t.minimalBytes = std::size_t(nd) * sizeof(WT) +
                      (kSharedLow ? 0 : std::size_t(nd) * sizeof(LowT)) + n_ * sizeof(LabelT);
@@ -2661,7 +2662,8 @@ class Run final : public LloydRun {
     int perSm = 0;
     KMSEG_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kAssignThreads, shared_));
-    const long long resident = std::max(1, perSm) * (long long)sms;
+    perSm_ = std::max(1, perSm);
+    const long long resident = (long long)perSm_ * sms;
     long long blocks = resident;
     if (sizeof(WT) == 4) {
       const long long runChunk = kFastSlotRun * kWarps * (1ll << shift);
@@ -2758,6 +2760,7 @@ class Run final : public LloydRun {
   std::size_t n_ = 0;
   int d_ = 0, k_ = 0, maxIt_ = 0, device_ = 0;
   bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false, hostLoop_ = false;
+  int perSm_ = 0;  // the fast pass's resident blocks per SM
   int fastSlotShift_ = 0;
   std::size_t shared_ = 0, chunk_ = 0;
   int blocks_ = 0;

@@ -27,6 +27,8 @@ struct RunTiming {
   int iterations = 0;            ///< iterations of that run
   double bytesPerIteration = 0;  ///< bytes the assignment pass must move per iteration
   double flopsPerIteration = 0;  ///< floating-point operations per iteration (distances)
+  int passBlocks = 0;            ///< the assignment pass's grid
+  int passBlocksPerSm = 0;       ///< its resident blocks per SM (fast pass), else 0
   std::size_t deviceBytes = 0;   ///< bytes this run allocated on the device
   std::size_t minimalBytes = 0;  ///< features in W + low copy + labels
 };

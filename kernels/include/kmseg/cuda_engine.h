@@ -53,6 +53,8 @@ struct CudaTiming {
   double msPerIteration = 0;     ///< msFullRun / iterations
   double bytesPerIteration = 0;  ///< bytes the assignment pass must move per iteration
   double flopsPerIteration = 0;  ///< flops of the expanded distances per iteration
+  int passBlocks = 0;            ///< blocks of the assignment pass
+  int passBlocksPerSm = 0;       ///< its resident blocks per SM (fast pass), else 0
   std::size_t deviceBytes = 0;   ///< device memory the run allocated
   std::size_t minimalBytes = 0;  ///< features in W + low-precision copy + labels
 };
