@@ -233,11 +233,15 @@ ImageViews::ImageViews(QWidget* parent) : QWidget(parent) {
     layout->setSpacing(1);
     auto* title = new QLabel(titles[i], box);
     title->setContentsMargins(4, 0, 4, 0);
+    // A long title (the mode's) must not widen its column: the views share the width equally.
+    title->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     auto* v = new ImageView(box);
     v->setObjectName(QStringLiteral("view%1").arg(i));
     layout->addWidget(title);
     layout->addWidget(v, 1);
     grid->addWidget(box, i / 2, i % 2);
+    grid->setRowStretch(i / 2, 1);
+    grid->setColumnStretch(i % 2, 1);
     views_[std::size_t(i)] = v;
     titles_[std::size_t(i)] = title;
     connect(v, &ImageView::viewChanged, this, [this, v] {
@@ -263,6 +267,7 @@ void ImageViews::setResult(const QString& modeTitle, const QImage& modeLabels,
                            const QImage& reference, const QImage& mask,
                            const QImage& modeBoundaries, const QImage& referenceBoundaries) {
   titles_[ModeLabels]->setText(modeTitle);
+  titles_[ModeLabels]->setToolTip(modeTitle);
   views_[ModeLabels]->setImage(modeLabels);
   views_[ModeLabels]->setBoundaries(modeBoundaries);
   views_[Reference]->setImage(reference);
@@ -276,6 +281,7 @@ void ImageViews::setResult(const QString& modeTitle, const QImage& modeLabels,
 
 void ImageViews::clearResult() {
   titles_[ModeLabels]->setText(tr("Mode labels"));
+  titles_[ModeLabels]->setToolTip({});
   for (int i : {ModeLabels, Reference, Mask}) {
     views_[std::size_t(i)]->setImage({});
     views_[std::size_t(i)]->setBoundaries({});

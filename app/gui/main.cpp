@@ -32,6 +32,13 @@ int runScreenshot(QApplication& app, const LaunchOptions& o) {
     std::fprintf(stderr, "kmseg-gui: %s\n", message.toLocal8Bit().constData());
     app.exit(1);
   };
+  // A window that cannot take the size asked for (its layout's minimum is larger, e.g. with
+  // large fonts) would give a screenshot of another size.
+  if (window.size() != o.windowSize) {
+    std::fprintf(stderr, "kmseg-gui: --size %dx%d: the window cannot be smaller than %dx%d\n",
+                 o.windowSize.width(), o.windowSize.height(), window.width(), window.height());
+    return 1;
+  }
   QObject::connect(window.controller(), &Controller::errorOccurred, &app,
                    [&](const QString& title, const QString& text, const QString&) {
                      fail(title + QStringLiteral(": ") + text);

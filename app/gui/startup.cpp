@@ -25,7 +25,8 @@ QCommandLineParser& describe(QCommandLineParser& parser) {
                                    "and exit (works offscreen)."),
                     QStringLiteral("FILE")});
   parser.addOption({QStringLiteral("size"),
-                    QStringLiteral("Window size for --screenshot (default 1280x800)."),
+                    QStringLiteral("Window size for --screenshot (default 1280x800; from 800x500 "
+                                   "to 7680x4320)."),
                     QStringLiteral("WxH")});
   parser.addOption(
       {{QStringLiteral("h"), QStringLiteral("help")}, QStringLiteral("Show this help and exit.")});
@@ -52,10 +53,20 @@ LaunchOptions parseLaunchOptions(const QStringList& arguments) {
   if (parser.isSet(QStringLiteral("size"))) {
     const auto m = QRegularExpression(QStringLiteral("^(\\d{2,5})x(\\d{2,5})$"))
                        .match(parser.value(QStringLiteral("size")));
-    if (m.hasMatch())
-      o.windowSize = QSize(m.captured(1).toInt(), m.captured(2).toInt());
-    else
+    const QSize size = m.hasMatch() ? QSize(m.captured(1).toInt(), m.captured(2).toInt()) : QSize();
+    if (!m.hasMatch())
       o.error = QStringLiteral("--size must be WIDTHxHEIGHT, e.g. 1280x800");
+    else if (size.width() < kMinWindowSize.width() || size.height() < kMinWindowSize.height() ||
+             size.width() > kMaxWindowSize.width() || size.height() > kMaxWindowSize.height())
+      o.error = QStringLiteral("--size %1x%2 is outside %3x%4 ... %5x%6")
+                    .arg(size.width())
+                    .arg(size.height())
+                    .arg(kMinWindowSize.width())
+                    .arg(kMinWindowSize.height())
+                    .arg(kMaxWindowSize.width())
+                    .arg(kMaxWindowSize.height());
+    else
+      o.windowSize = size;
   }
   if (parser.isSet(QStringLiteral("screenshot")) && o.screenshot.isEmpty())
     o.error = QStringLiteral("--screenshot needs a file name");

@@ -10,6 +10,10 @@
 
 namespace kmseg::gui {
 
+/// The window sizes --size accepts (the window's layout needs about 760 x 340 at least).
+inline constexpr QSize kMinWindowSize{800, 500};
+inline constexpr QSize kMaxWindowSize{7680, 4320};
+
 /// kmseg-gui's command line.
 struct LaunchOptions {
   QString image;                ///< image to open (may be empty)

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
 // The GUI's pieces without a window: settings, image conversion and rendering, launch options.
 
+#include <QCoreApplication>
 #include <QFileInfo>
 #include <QSettings>
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "gui_params.h"
 #include "image_convert.h"
+#include "image_views.h"
 #include "results_model.h"
 #include "startup.h"
 #include "test_paths.h"
@@ -171,9 +175,37 @@ TEST(LaunchOptions, ParsesImageScreenshotAndSize) {
 
 TEST(LaunchOptions, RejectsBadArguments) {
   EXPECT_FALSE(parseLaunchOptions({"kmseg-gui", "--size", "big", "a.png"}).error.isEmpty());
+  // Sizes outside the window's range name the size and the range.
+  for (const char* size : {"10x10", "799x500", "800x499", "7681x800", "1280x4321", "99999x99999"}) {
+    const QString error = parseLaunchOptions({"kmseg-gui", "--size", size, "a.png"}).error;
+    EXPECT_TRUE(error.contains(QString::fromLatin1(size))) << size << ": " << error.toStdString();
+    EXPECT_TRUE(error.contains(QStringLiteral("800x500 ... 7680x4320"))) << error.toStdString();
+  }
+  for (const char* size : {"800x500", "7680x4320"})
+    EXPECT_TRUE(parseLaunchOptions({"kmseg-gui", "--size", size, "a.png"}).error.isEmpty()) << size;
   EXPECT_FALSE(parseLaunchOptions({"kmseg-gui", "--bogus"}).error.isEmpty());
   EXPECT_FALSE(parseLaunchOptions({"kmseg-gui", "a.png", "b.png"}).error.isEmpty());
   EXPECT_TRUE(parseLaunchOptions({"kmseg-gui"}).error.isEmpty());
+}
+
+// The four views share the width equally, whatever their titles: a long mode title must not
+// widen its column (at 800 x 500 the original and reference views were squeezed).
+TEST(ImageViewsLayout, ViewsShareTheWidthWhateverTheTitle) {
+  ImageViews views;
+  views.resize(420, 300);
+  views.show();
+  QImage image(60, 40, QImage::Format_RGB32);
+  image.fill(Qt::gray);
+  views.setOriginal(image);
+  views.setResult(QStringLiteral("fp16>fp32 labels (colours matched to fp64), a long title"), image,
+                  image, image, {}, {});
+  QCoreApplication::processEvents();
+  const int w0 = views.view(ImageViews::Original)->width();
+  const int w1 = views.view(ImageViews::ModeLabels)->width();
+  EXPECT_GT(w0, 150);
+  EXPECT_LE(std::abs(w0 - w1), 1) << w0 << " against " << w1;
+  EXPECT_EQ(views.view(ImageViews::Reference)->width(), w0);
+  EXPECT_EQ(views.view(ImageViews::Mask)->width(), w1);
 }
 
 }  // namespace
