@@ -4,12 +4,14 @@
 #include <libexif/exif-data.h>
 #include <stb_image.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -148,6 +150,239 @@ Structure pngStructure(const Bytes& d) {
   }
 }
 
+std::uint32_t le16(const Bytes& d, std::size_t at) {
+  return std::uint32_t(d[at]) | std::uint32_t(d[at + 1]) << 8;
+}
+
+std::uint32_t le32(const Bytes& d, std::size_t at) {
+  return le16(d, at) | le16(d, at + 2) << 16;
+}
+
+std::uint32_t be32(const Bytes& d, std::size_t at) {
+  return std::uint32_t(d[at]) << 24 | std::uint32_t(d[at + 1]) << 16 |
+         std::uint32_t(d[at + 2]) << 8 | d[at + 3];
+}
+
+std::string pixelSize(const ImageInfo& info) {
+  return std::to_string(info.width) + " x " + std::to_string(info.height) + " pixels";
+}
+
+std::string needs(std::uint64_t bytes) {
+  return ", which need " + std::to_string(bytes) + " bytes";
+}
+
+// An uncompressed BMP: rows of ceil(width * bpp / 8) bytes padded to 4, from the offset in the
+// file header. stb_image refuses RLE and the other compressions, so nothing else gets here. The
+// last row's padding is not required, as the decoder does not read it.
+std::string bmpTruncation(const Bytes& d, const ImageInfo& info) {
+  if (d.size() < 18) return "its BMP header ends after " + std::to_string(d.size()) + " bytes";
+  const std::uint64_t headerEnd = 14 + std::uint64_t(le32(d, 14));
+  if (d.size() < headerEnd) return "its BMP header needs " + std::to_string(headerEnd) + " bytes";
+  const unsigned bpp = le16(d, headerEnd == 26 ? 24 : 28);
+  if (bpp != 1 && bpp != 4 && bpp != 8 && bpp != 16 && bpp != 24 && bpp != 32) return {};
+  const std::uint64_t rowBytes = (std::uint64_t(info.width) * bpp + 7) / 8;
+  const std::uint64_t stride = (rowBytes + 3) / 4 * 4;
+  const std::uint64_t start = std::max<std::uint64_t>(le32(d, 10), headerEnd);
+  const std::uint64_t need =
+      info.height > 0 ? start + stride * std::uint64_t(info.height - 1) + rowBytes : start;
+  if (d.size() >= need) return {};
+  return "its BMP header declares " + pixelSize(info) + " at " + std::to_string(bpp) +
+         " bits from byte " + std::to_string(start) + needs(need);
+}
+
+// A TGA's data starts after the 18-byte header, the image ID and (for colour-mapped images) the
+// colour map; stb_image also skips the colour map's "first entry index" bytes before the map,
+// and so does this. Uncompressed data is width * height pixels of ceil(bits / 8) bytes; run-length
+// data is walked packet by packet until it covers every pixel.
+std::string tgaTruncation(const Bytes& d, const ImageInfo& info) {
+  const std::uint64_t n = d.size();
+  if (n < 18) return "its TGA header needs 18 bytes";
+  const bool indexed = d[1] != 0;
+  const bool rle = d[2] >= 8;
+  const unsigned bits = d[16];
+  const std::uint64_t pixelBytes = indexed ? (bits == 8 ? 1 : 2) : (bits + 7) / 8;
+  if (pixelBytes == 0) return {};  // stb_image refuses such a header
+  const std::uint64_t mapBytes = indexed ? le16(d, 3) + le16(d, 5) * ((d[7] + 7) / 8) : 0;
+  const std::uint64_t start = 18 + d[0] + mapBytes;
+  const std::uint64_t total = std::uint64_t(info.width) * std::uint64_t(info.height);
+  if (!rle) {
+    const std::uint64_t need = start + total * pixelBytes;
+    if (n >= need) return {};
+    return "its TGA header declares " + pixelSize(info) + " at " + std::to_string(bits) +
+           " bits from byte " + std::to_string(start) + needs(need);
+  }
+  std::uint64_t pos = start;
+  std::uint64_t done = 0;
+  while (done < total) {
+    if (pos >= n) break;
+    const unsigned packet = d[pos++];
+    const std::uint64_t count = std::min<std::uint64_t>((packet & 0x7F) + 1, total - done);
+    const std::uint64_t bytes = (packet & 0x80 ? 1 : count) * pixelBytes;
+    if (pos + bytes > n) {
+      if (!(packet & 0x80)) done += (n - pos) / pixelBytes;
+      break;
+    }
+    pos += bytes;
+    done += count;
+  }
+  if (done >= total) return {};
+  return "its TGA run-length data ends after " + std::to_string(done) + " of " + pixelSize(info);
+}
+
+// Binary PGM (P5) and PPM (P6): the header is parsed as stb_image parses it (whitespace and
+// comments between the fields, one byte after the maximum value), then come width * height *
+// channels samples of 1 byte, or 2 when the maximum value is over 255. stb_image does not read
+// the text formats P1-P3.
+std::string pnmTruncation(const Bytes& d, const ImageInfo& info) {
+  const std::size_t n = d.size();
+  const std::string name = d.size() >= 2 && d[1] == '6' ? "PPM" : "PGM";
+  std::size_t pos = 2;
+  bool pastEnd = false;
+  const auto next = [&]() -> char {
+    if (pos < n) return char(d[pos++]);
+    pastEnd = true;
+    return 0;
+  };
+  const auto isSpace = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+  };
+  const auto isDigit = [](char c) { return c >= '0' && c <= '9'; };
+  char c = next();
+  const auto skipSpace = [&]() {
+    for (;;) {
+      while (pos < n && isSpace(c)) c = next();
+      if (pos >= n || c != '#') break;
+      while (pos < n && c != '\n' && c != '\r') c = next();
+    }
+  };
+  std::uint64_t maxValue = 0;
+  for (int field = 0; field < 3; ++field) {
+    skipSpace();
+    maxValue = 0;
+    while (pos < n && isDigit(c)) {
+      maxValue = std::min<std::uint64_t>(maxValue * 10 + (c - '0'), 1u << 30);
+      c = next();
+    }
+  }
+  // The byte after the maximum value must be in the file and must end the number.
+  if (pastEnd || !isSpace(c)) return "its " + name + " header is incomplete";
+  const std::uint64_t channels = name == "PPM" ? 3 : 1;
+  const std::uint64_t sampleBytes = maxValue > 255 ? 2 : 1;
+  const std::uint64_t need =
+      pos + std::uint64_t(info.width) * std::uint64_t(info.height) * channels * sampleBytes;
+  if (n >= need) return {};
+  return "its " + name + " header declares " + pixelSize(info) + " of " +
+         (channels == 3 ? "3 samples" : "1 sample") + " at " + std::to_string(8 * sampleBytes) +
+         " bits" + needs(need);
+}
+
+// A GIF's blocks up to the end of its first image's data (the block of length 0 after the LZW
+// data), which is all the decoder reads. LZW has no useful lower bound on its length, so the
+// sub-block lengths are the only sign of a cut.
+std::string gifTruncation(const Bytes& d) {
+  const std::uint64_t n = d.size();
+  const std::string before = "the GIF data ends before its first image";
+  const std::string inside = "the GIF data ends inside its first image";
+  if (n < 13) return before;
+  const auto colourTable = [](unsigned flags) -> std::uint64_t {
+    return flags & 0x80 ? 3 * (2u << (flags & 7)) : 0;
+  };
+  std::uint64_t pos = 13 + colourTable(d[10]);
+  // Skips data sub-blocks up to their terminator; false when the file ends first.
+  const auto skipSubBlocks = [&]() {
+    for (;;) {
+      if (pos >= n) return false;
+      const unsigned length = d[pos++];
+      if (length == 0) return true;
+      pos += length;
+    }
+  };
+  for (;;) {
+    if (pos >= n) return before;
+    const unsigned tag = d[pos++];
+    if (tag == 0x21) {  // extension: label, then sub-blocks
+      ++pos;
+      if (!skipSubBlocks()) return before;
+    } else if (tag == 0x2C) {  // image descriptor, local colour table, LZW code size, data
+      if (pos + 9 > n) return inside;
+      pos += 9 + colourTable(d[pos + 8]) + 1;
+      return skipSubBlocks() ? std::string() : inside;
+    } else {
+      return {};  // a trailer or an unknown block: the decoder's to report
+    }
+  }
+}
+
+// Why the file is truncated (the detail of "image file X is truncated: ..."), or empty when its
+// structure is complete or not checked here. stb_image reads past the end of its input as zero
+// bytes or leaves the rest of the pixel buffer unwritten, so a cut BMP, TGA or PNM decodes
+// without an error to black or to leftover memory, and a cut GIF's LZW data stops at the first
+// missing block with the rest of the frame left as background. Each check needs only the header
+// and, for run-length TGA and GIF, the packet or block lengths: it runs before any pixel memory
+// is allocated, so a small file cannot make the decoder allocate what its header declares.
+std::string truncation(const Bytes& d, const ImageInfo& info) {
+  if (info.format == "jpeg")
+    return jpegStructure(d) == Structure::Truncated
+               ? "the JPEG data ends before its end-of-image marker"
+               : "";
+  if (info.format == "png")
+    return pngStructure(d) == Structure::Truncated ? "the PNG data ends before its IEND chunk" : "";
+  if (info.format == "bmp") return bmpTruncation(d, info);
+  if (info.format == "tga") return tgaTruncation(d, info);
+  if (info.format == "pnm") return pnmTruncation(d, info);
+  if (info.format == "gif") return gifTruncation(d);
+  return {};
+}
+
+// What a PNG's IHDR chunk says, read without stb_image.
+struct PngHeader {
+  std::uint32_t width = 0;
+  std::uint32_t height = 0;
+  int channels = 0;  ///< as stb_image reports them: a palette counts 3, or 4 with a tRNS chunk
+  int bitDepth = 8;
+  int storedChannels = 0;  ///< what stb_image's size check counts: 4 for a palette
+};
+
+// The IHDR of a PNG that starts with a valid one (the first chunk, with the values the PNG
+// specification allows), else nothing.
+std::optional<PngHeader> pngHeader(const Bytes& d) {
+  if (!startsWith(d, "\x89PNG\r\n\x1A\n") || d.size() < 33 || be32(d, 8) != 13 ||
+      std::memcmp(d.data() + 12, "IHDR", 4) != 0)
+    return std::nullopt;
+  PngHeader h;
+  h.width = be32(d, 16);
+  h.height = be32(d, 20);
+  const unsigned depth = d[24], colour = d[25];
+  if (h.width == 0 || h.height == 0 || h.width > 0x7FFFFFFF || h.height > 0x7FFFFFFF ||
+      (depth != 1 && depth != 2 && depth != 4 && depth != 8 && depth != 16) ||
+      (colour != 0 && colour != 2 && colour != 3 && colour != 4 && colour != 6) ||
+      (colour == 3 && depth == 16) || d[26] != 0 || d[27] != 0 || d[28] > 1)
+    return std::nullopt;
+  h.bitDepth = depth == 16 ? 16 : 8;
+  h.channels = (colour & 2 ? 3 : 1) + (colour & 4 ? 1 : 0);
+  h.storedChannels = h.channels;
+  if (colour == 3) {
+    h.channels = 3;
+    h.storedChannels = 4;
+    for (std::uint64_t pos = 33; pos + 8 <= d.size();) {
+      if (std::memcmp(d.data() + pos + 4, "IDAT", 4) == 0) break;
+      if (std::memcmp(d.data() + pos + 4, "tRNS", 4) == 0) h.channels = 4;
+      pos += 12 + std::uint64_t(be32(d, pos));
+    }
+  }
+  return h;
+}
+
+constexpr std::uint64_t kStbMaxSide = 1 << 24;
+constexpr std::uint64_t kStbPngMaxBytes = 1 << 30;
+
+// stb_image's PNG reader refuses a header with more than 2^24 pixels a side or more than 2^30
+// bytes of samples counted as stored (one byte a channel, four channels for a palette).
+bool stbRefuses(const PngHeader& h) {
+  return h.width > kStbMaxSide || h.height > kStbMaxSide ||
+         std::uint64_t(h.width) * h.height * h.storedChannels > kStbPngMaxBytes;
+}
+
 int exifOrientation(const Bytes& d) {
   std::unique_ptr<ExifData, decltype(&exif_data_unref)> exif(exif_data_new(), &exif_data_unref);
   if (!exif) return 1;
@@ -166,17 +401,27 @@ ImageInfo readInfo(const Bytes& d, const fs::path& path) {
   const int length = static_cast<int>(d.size());
   ImageInfo info;
   if (!stbi_info_from_memory(d.data(), length, &info.width, &info.height, &info.channels)) {
-    const std::string reason = stbReason();
-    // stb refuses headers whose decoded size would not fit its int arithmetic.
-    if (reason == "too large")
-      throw InvalidArgument("image file " + quoted(path) +
-                            " is too large for the decoder (stb_image: too large)");
+    // stb_image tries every reader in turn and reports the last one's failure, so a PNG whose
+    // size its PNG reader refused arrives here as "unknown image type". Its header is read
+    // here instead, so that loadImage can check it against the pixel limit and then report the
+    // decoder's limits.
+    if (const std::optional<PngHeader> png = pngHeader(d); png && stbRefuses(*png)) {
+      info.width = static_cast<int>(png->width);
+      info.height = static_cast<int>(png->height);
+      info.channels = png->channels;
+      info.bitDepth = png->bitDepth;
+      info.format = "png";
+      return info;
+    }
     throw IoError("cannot decode image file " + quoted(path) +
-                  ": not an image in a supported format (stb_image: " + reason +
+                  ": not an image in a supported format (stb_image: " + stbReason() +
                   "); supported are JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PIC and PNM");
   }
   info.bitDepth = stbi_is_16_bit_from_memory(d.data(), length) ? 16 : 8;
   info.format = formatName(d);
+  // stb_image's info call passes on a top-down BMP's negative height; its decoder does not.
+  if (info.format == "bmp" && info.height < 0)
+    info.height = info.height == INT_MIN ? INT_MAX : -info.height;
   if (info.format == "jpeg") info.orientation = exifOrientation(d);
   return info;
 }
@@ -231,17 +476,19 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
                           " bytes of RGB samples, more than the decoder's limit of " +
                           std::to_string(kDecoderByteLimit) + " bytes");
 
-  // stb_image already refuses the truncations tried so far (a JPEG without EOI fails with
-  // "expected marker"), except a PNG cut inside its final IEND chunk; checking the structure
-  // here gives every case the same clear message and does not depend on the stb version.
-  const Structure structure = info.format == "jpeg"  ? jpegStructure(bytes)
-                              : info.format == "png" ? pngStructure(bytes)
-                                                     : Structure::Unknown;
-  if (structure == Structure::Truncated)
-    throw IoError("image file " + quoted(path) + " is truncated: the " +
-                  (info.format == "jpeg"
-                       ? std::string("JPEG data ends before its end-of-image marker")
-                       : std::string("PNG data ends before its IEND chunk")));
+  // Only a PNG can get here with a header that stb_image refuses (see readInfo).
+  if (const std::optional<PngHeader> png = pngHeader(bytes); png && stbRefuses(*png))
+    throw InvalidArgument("image file " + quoted(path) + " is " + size +
+                          " pixels, more than the decoder takes: stb_image reads PNGs of at most " +
+                          std::to_string(kStbMaxSide) + " pixels a side and " +
+                          std::to_string(kStbPngMaxBytes) + " bytes of stored samples");
+
+  // stb_image refuses some truncated JPEGs and PNGs itself but decodes most other cut files
+  // without an error (see truncation()); checking the structure here gives every format the
+  // same clear message and does not depend on the stb version.
+  if (const std::string cut = truncation(bytes, info); !cut.empty())
+    throw IoError("image file " + quoted(path) + " is truncated: " + cut + "; the file has " +
+                  std::to_string(bytes.size()) + " bytes");
 
   Image image;
   image.width = info.width;

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kmseg/error.h"
@@ -52,15 +53,138 @@ fs::path truncatedCopy(const fs::path& dir, const std::string& sample, std::size
   return writeBytes(dir / fs::path(sample).filename(), bytes);
 }
 
-// A PNG signature and an IHDR chunk only: enough for the header, no pixels.
-fs::path pngHeaderOnly(const fs::path& path, std::uint32_t width, std::uint32_t height) {
+// A PNG signature and an IHDR chunk only: enough for the header, no pixels. `colourType` is
+// the IHDR's (0 grey, 2 RGB, 6 RGBA).
+fs::path pngHeaderOnly(const fs::path& path, std::uint32_t width, std::uint32_t height,
+                       char colourType = 0) {
   std::vector<char> bytes = {'\x89', 'P', 'N', 'G', '\r', '\n', '\x1A', '\n',
                              0,      0,   0,   13,  'I',  'H',  'D',    'R'};
   for (std::uint32_t v : {width, height})
     for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(char((v >> shift) & 0xFF));
-  for (char c : {8, 0, 0, 0, 0}) bytes.push_back(c);  // 8-bit grey, no interlace
-  for (int k = 0; k < 4; ++k) bytes.push_back(0);     // CRC (stb_image does not check it)
+  for (char c : {char(8), colourType, char(0), char(0), char(0)}) bytes.push_back(c);  // 8-bit
+  for (int k = 0; k < 4; ++k) bytes.push_back(0);  // CRC (stb_image does not check it)
   return writeBytes(path, bytes);
+}
+
+// Sample value of channel c at (x, y) in the images the tests below build: distinct enough that
+// a wrong offset or a missing row shows.
+std::uint8_t patternSample(int x, int y, int c) {
+  return std::uint8_t((x * 37 + y * 11 + c * 71) & 0xFF);
+}
+
+void putLe(std::vector<char>& bytes, std::uint32_t value, int count) {
+  for (int k = 0; k < count; ++k) bytes.push_back(char((value >> (8 * k)) & 0xFF));
+}
+
+// An uncompressed 24-bit BMP (BITMAPINFOHEADER, rows padded to 4 bytes), bottom-up as most
+// are, or top-down (a negative height in the header).
+std::vector<char> bmpBytes(int width, int height, bool topDown = false) {
+  const std::uint32_t stride = (std::uint32_t(width) * 3 + 3) / 4 * 4;
+  const std::uint32_t offset = 14 + 40;
+  std::vector<char> bytes = {'B', 'M'};
+  putLe(bytes, offset + stride * height, 4);
+  putLe(bytes, 0, 4);
+  putLe(bytes, offset, 4);
+  putLe(bytes, 40, 4);
+  putLe(bytes, width, 4);
+  putLe(bytes, std::uint32_t(topDown ? -height : height), 4);
+  putLe(bytes, 1, 2);                              // planes
+  putLe(bytes, 24, 2);                             // bits per pixel
+  for (int k = 0; k < 6; ++k) putLe(bytes, 0, 4);  // BI_RGB, sizes, resolution, palette
+  for (int row = 0; row < height; ++row) {
+    const int y = topDown ? row : height - 1 - row;
+    for (int x = 0; x < width; ++x)
+      for (int c = 2; c >= 0; --c) bytes.push_back(char(patternSample(x, y, c)));  // BGR
+    for (std::uint32_t k = std::uint32_t(width) * 3; k < stride; ++k) bytes.push_back(0);
+  }
+  return bytes;
+}
+
+// A 24-bit true-colour TGA, top-left origin; with `rle`, each row is one repeated pixel (the
+// row's first) followed by a raw packet of the rest, so the decoded image is still the pattern
+// except for one column.
+std::vector<char> tgaBytes(int width, int height, bool rle) {
+  std::vector<char> bytes = {0, 0, char(rle ? 10 : 2)};
+  putLe(bytes, 0, 4);  // no colour map
+  putLe(bytes, 0, 1);
+  putLe(bytes, 0, 4);  // origin
+  putLe(bytes, width, 2);
+  putLe(bytes, height, 2);
+  bytes.push_back(24);
+  bytes.push_back(0x20);  // top-left origin
+  const auto pixel = [&](int x, int y) {
+    for (int c = 2; c >= 0; --c) bytes.push_back(char(patternSample(x, y, c)));  // BGR
+  };
+  for (int y = 0; y < height; ++y) {
+    if (!rle) {
+      for (int x = 0; x < width; ++x) pixel(x, y);
+      continue;
+    }
+    bytes.push_back(char(0x80 | 1));  // the row's first pixel, twice
+    pixel(0, y);
+    for (int x = 2; x < width; x += 128) {
+      const int count = std::min(128, width - x);
+      bytes.push_back(char(count - 1));
+      for (int k = 0; k < count; ++k) pixel(x + k, y);
+    }
+  }
+  return bytes;
+}
+
+// A binary PGM (`channels` 1) or PPM (3) with maxval 255 or 65535 (16-bit big-endian samples).
+std::vector<char> pnmBytes(int width, int height, int channels, int maxval) {
+  const std::string header = std::string(channels == 1 ? "P5" : "P6") + "\n# kmseg test\n" +
+                             std::to_string(width) + " " + std::to_string(height) + "\n" +
+                             std::to_string(maxval) + "\n";
+  std::vector<char> bytes(header.begin(), header.end());
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x)
+      for (int c = 0; c < channels; ++c) {
+        const int v = patternSample(x, y, c);
+        if (maxval > 255) bytes.push_back(char(v));  // high byte: v * 257 is v, v
+        bytes.push_back(char(v));
+      }
+  return bytes;
+}
+
+// A GIF89a with a 256-grey global palette, one image of the pattern's red channel, LZW-coded
+// with one literal code per pixel and a clear code every 128 pixels (so codes stay 9 bits).
+std::vector<char> gifBytes(int width, int height) {
+  std::vector<char> bytes = {'G', 'I', 'F', '8', '9', 'a'};
+  putLe(bytes, width, 2);
+  putLe(bytes, height, 2);
+  bytes.push_back(char(0xF7));  // global colour table of 256 entries
+  bytes.push_back(0);
+  bytes.push_back(0);
+  for (int i = 0; i < 256; ++i)
+    for (int c = 0; c < 3; ++c) bytes.push_back(char(i));
+  bytes.push_back(',');
+  putLe(bytes, 0, 4);  // position
+  putLe(bytes, width, 2);
+  putLe(bytes, height, 2);
+  bytes.push_back(0);  // no local table, not interlaced
+  bytes.push_back(8);  // LZW minimum code size
+  std::vector<char> lzw;
+  std::uint32_t bits = 0;
+  int count = 0;
+  const auto code = [&](std::uint32_t value) {
+    bits |= value << count;
+    for (count += 9; count >= 8; count -= 8, bits >>= 8) lzw.push_back(char(bits & 0xFF));
+  };
+  for (int i = 0; i < width * height; ++i) {
+    if (i % 128 == 0) code(256);
+    code(patternSample(i % width, i / width, 0));
+  }
+  code(257);
+  if (count > 0) lzw.push_back(char(bits & 0xFF));
+  for (std::size_t at = 0; at < lzw.size(); at += 255) {
+    const std::size_t length = std::min<std::size_t>(255, lzw.size() - at);
+    bytes.push_back(char(length));
+    bytes.insert(bytes.end(), lzw.begin() + at, lzw.begin() + at + length);
+  }
+  bytes.push_back(0);  // end of the image data
+  bytes.push_back(';');
+  return bytes;
 }
 
 template <typename E>
@@ -423,6 +547,185 @@ TEST(ImageIoError, TruncatedPng) {
     EXPECT_NE(message.find(path.string()), std::string::npos) << message;
     EXPECT_NE(message.find("is truncated"), std::string::npos) << keep << ": " << message;
   }
+}
+
+// Every pixel of `image` against the pattern the builders above write; `grey` compares each
+// channel with the pattern's red channel, `skip` names a column not to compare.
+void expectPattern(const Image& image, int width, int height, bool grey = false, int skip = -1) {
+  ASSERT_EQ(image.width, width);
+  ASSERT_EQ(image.height, height);
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x) {
+      if (x == skip) continue;
+      const Rgb expected = {patternSample(x, y, 0), patternSample(x, y, grey ? 0 : 1),
+                            patternSample(x, y, grey ? 0 : 2)};
+      ASSERT_EQ(pixel(image, x, y), expected) << x << "," << y;
+    }
+}
+
+TEST(ImageIo, LoadsBmpTgaPnmAndGifWithKnownPixels) {
+  const fs::path dir = freshTempDir("image-io-formats");
+  // 131 pixels a row: BMP rows of 393 bytes need padding, RLE TGA rows two raw packets.
+  const int w = 131, h = 7;
+  expectPattern(kmseg::loadImage(writeBytes(dir / "a.bmp", bmpBytes(w, h))), w, h);
+  expectPattern(kmseg::loadImage(writeBytes(dir / "a.tga", tgaBytes(w, h, false))), w, h);
+  expectPattern(kmseg::loadImage(writeBytes(dir / "rle.tga", tgaBytes(w, h, true))), w, h, false,
+                1);
+  expectPattern(kmseg::loadImage(writeBytes(dir / "a.ppm", pnmBytes(w, h, 3, 255))), w, h);
+  expectPattern(kmseg::loadImage(writeBytes(dir / "a.pgm", pnmBytes(w, h, 1, 255))), w, h, true);
+  expectPattern(kmseg::loadImage(writeBytes(dir / "a.gif", gifBytes(w, h))), w, h, true);
+
+  const Image pgm16 = kmseg::loadImage(writeBytes(dir / "a16.pgm", pnmBytes(w, h, 1, 65535)));
+  ASSERT_EQ(pgm16.bitDepth, 16);
+  ASSERT_EQ(pgm16.width, w);
+  EXPECT_EQ(pgm16.sample(5, 0), patternSample(5, 0, 0) * 257);
+
+  // Bytes after the image data are allowed, as for JPEG.
+  std::vector<char> bytes = pnmBytes(w, h, 3, 255);
+  bytes.insert(bytes.end(), {'t', 'r', 'a', 'i', 'l', 'e', 'r'});
+  expectPattern(kmseg::loadImage(writeBytes(dir / "trailing.ppm", bytes)), w, h);
+}
+
+TEST(ImageIo, LoadsTopDownBmp) {
+  // A negative height in the header: rows stored top to bottom.
+  const fs::path path =
+      writeBytes(freshTempDir("image-io-top-down") / "top-down.bmp", bmpBytes(5, 3, true));
+  EXPECT_EQ(kmseg::probeImage(path).height, 3);
+  expectPattern(kmseg::loadImage(path), 5, 3);
+}
+
+// Writes the first `keep` bytes of `bytes` to `path` and returns the message of the IoError
+// that loading it gives, after checking that it names the file and says "is truncated".
+std::string truncationMessage(const fs::path& path, std::vector<char> bytes, std::size_t keep) {
+  EXPECT_LT(keep, bytes.size());
+  bytes.resize(keep);
+  const std::string message = messageOf<IoError>(writeBytes(path, bytes));
+  EXPECT_NE(message.find("image file '" + path.string() + "' is truncated"), std::string::npos)
+      << keep << ": " << message;
+  EXPECT_NE(message.find("the file has " + std::to_string(keep) + " bytes"), std::string::npos)
+      << keep << ": " << message;
+  return message;
+}
+
+TEST(ImageIoError, TruncatedBmp) {
+  const fs::path dir = freshTempDir("image-io-truncated-bmp");
+  const std::vector<char> bytes = bmpBytes(60, 40);  // rows of 180 bytes, no padding
+  ASSERT_EQ(bytes.size(), 54u + 180u * 40u);
+  for (std::size_t keep : {bytes.size() / 2, bytes.size() - 1, std::size_t(60)}) {
+    const std::string message = truncationMessage(dir / "cut.bmp", bytes, keep);
+    EXPECT_NE(message.find("60 x 40 pixels"), std::string::npos) << message;
+    EXPECT_NE(message.find("7254 bytes"), std::string::npos) << message;
+  }
+}
+
+TEST(ImageIoError, TruncatedTga) {
+  const fs::path dir = freshTempDir("image-io-truncated-tga");
+  const std::vector<char> bytes = tgaBytes(60, 40, false);
+  ASSERT_EQ(bytes.size(), 18u + 60u * 40u * 3u);
+  for (std::size_t keep : {bytes.size() / 2, bytes.size() - 1, std::size_t(18)}) {
+    const std::string message = truncationMessage(dir / "cut.tga", bytes, keep);
+    EXPECT_NE(message.find("60 x 40 pixels"), std::string::npos) << message;
+    EXPECT_NE(message.find("7218 bytes"), std::string::npos) << message;
+  }
+}
+
+TEST(ImageIoError, TruncatedRunLengthTga) {
+  const fs::path dir = freshTempDir("image-io-truncated-tga-rle");
+  const std::vector<char> bytes = tgaBytes(60, 40, true);
+  for (std::size_t keep : {bytes.size() / 2, bytes.size() - 1, std::size_t(19)}) {
+    const std::string message = truncationMessage(dir / "cut.tga", bytes, keep);
+    EXPECT_NE(message.find("run-length data"), std::string::npos) << message;
+    EXPECT_NE(message.find("of 60 x 40 pixels"), std::string::npos) << message;
+  }
+}
+
+TEST(ImageIoError, TruncatedPnm) {
+  const fs::path dir = freshTempDir("image-io-truncated-pnm");
+  for (const auto& [name, channels, maxval] :
+       {std::tuple{"cut.ppm", 3, 255}, {"cut.pgm", 1, 255}, {"cut16.pgm", 1, 65535}}) {
+    const std::vector<char> bytes = pnmBytes(60, 40, channels, maxval);
+    const std::string expected = std::to_string(bytes.size()) + " bytes";
+    for (std::size_t keep : {bytes.size() / 2, bytes.size() - 1, std::size_t(8)}) {
+      const std::string message = truncationMessage(dir / name, bytes, keep);
+      if (keep < 30) continue;  // cut inside the header
+      EXPECT_NE(message.find("60 x 40 pixels"), std::string::npos) << message;
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(ImageIoError, PnmHeaderDeclaringMoreThanTheFileHoldsIsRefusedBeforeDecoding) {
+  // 100 bytes that declare 10000 x 10000 RGB pixels: under the pixel limit, but decoding would
+  // allocate 300 MB and segmenting them many GB.
+  std::string text = "P6 10000 10000 255\n";
+  text.resize(100, '\x7F');
+  const fs::path path =
+      writeBytes(freshTempDir("image-io-pnm-header") / "big.ppm", {text.begin(), text.end()});
+  EXPECT_EQ(kmseg::probeImage(path).width, 10000);
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find("image file '" + path.string() + "' is truncated"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("10000 x 10000 pixels"), std::string::npos) << message;
+  EXPECT_NE(message.find("300000019 bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("the file has 100 bytes"), std::string::npos) << message;
+}
+
+TEST(ImageIoError, TruncatedGif) {
+  const fs::path dir = freshTempDir("image-io-truncated-gif");
+  const std::vector<char> bytes = gifBytes(60, 40);
+  // Half the file; the image data without its end block; the header and palette only.
+  for (std::size_t keep : {bytes.size() / 2, bytes.size() - 2, std::size_t(13 + 768)}) {
+    const std::string message = truncationMessage(dir / "cut.gif", bytes, keep);
+    EXPECT_NE(message.find("GIF data ends"), std::string::npos) << message;
+  }
+  // Without the trailer the first image is complete, which is all the decoder reads.
+  std::vector<char> noTrailer = bytes;
+  noTrailer.pop_back();
+  expectPattern(kmseg::loadImage(writeBytes(dir / "no-trailer.gif", noTrailer)), 60, 40, true);
+}
+
+TEST(ImageIoError, HugePngGetsThePixelLimitMessage) {
+  // stb_image's PNG reader refuses these headers (over 2^30 bytes of samples); its info call
+  // then reports the last reader's "unknown image type".
+  const fs::path dir = freshTempDir("image-io-huge-png");
+  const fs::path rgb = pngHeaderOnly(dir / "big20k.png", 20000, 20000, 2);
+  const ImageInfo info = kmseg::probeImage(rgb);
+  EXPECT_EQ(info.width, 20000);
+  EXPECT_EQ(info.height, 20000);
+  EXPECT_EQ(info.channels, 3);
+  EXPECT_EQ(info.format, "png");
+  std::string message = messageOf<InvalidArgument>(rgb);
+  EXPECT_NE(message.find("image file '" + rgb.string() + "' is 20000 x 20000 = 400000000 pixels"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("limit of 200000000 pixels"), std::string::npos) << message;
+
+  const fs::path grey = pngHeaderOnly(dir / "big100k.png", 100000, 100000);
+  message = messageOf<InvalidArgument>(grey);
+  EXPECT_NE(message.find("100000 x 100000 = 10000000000 pixels"), std::string::npos) << message;
+  EXPECT_NE(message.find("limit of 200000000 pixels"), std::string::npos) << message;
+}
+
+TEST(ImageIoError, PngOverTheDecodersLimitsNamesThem) {
+  const fs::path dir = freshTempDir("image-io-png-decoder-limit");
+  // 2^24 + 1 pixels a side is over stb_image's limit, though the image has few pixels.
+  const fs::path wide = pngHeaderOnly(dir / "wide.png", 16777217, 1);
+  EXPECT_EQ(kmseg::probeImage(wide).width, 16777217);
+  std::string message = messageOf<InvalidArgument>(wide);
+  EXPECT_NE(message.find("image file '" + wide.string() + "' is 16777217 x 1 pixels"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("16777216 pixels a side"), std::string::npos) << message;
+
+  // 17000 x 17000 RGBA: under the pixel limit it is given and under 2^31 bytes of RGB, but more
+  // than the 2^30 bytes of stored samples stb_image takes.
+  const fs::path rgba = pngHeaderOnly(dir / "rgba.png", 17000, 17000, 6);
+  EXPECT_EQ(kmseg::probeImage(rgba).channels, 4);
+  LoadOptions options;
+  options.maxPixels = 300'000'000;
+  message = messageOf<InvalidArgument>(rgba, options);
+  EXPECT_NE(message.find("17000 x 17000 pixels"), std::string::npos) << message;
+  EXPECT_NE(message.find("1073741824 bytes"), std::string::npos) << message;
 }
 
 TEST(ImageIoError, CorruptPngData) {

@@ -37,15 +37,20 @@ struct LoadOptions {
 
 /// Reads an image's header (and, for a JPEG, its EXIF orientation). Throws IoError naming the
 /// path when the file is missing, a directory, empty, or not an image the decoder understands.
-/// The pixel data is not checked: a truncated file may probe fine and fail in loadImage.
+/// The pixel data is not checked: a truncated file may probe fine and fail in loadImage. A PNG
+/// whose size the decoder refuses probes fine too (its IHDR is read directly).
 ImageInfo probeImage(const std::filesystem::path& path);
 
 /// Decodes an image to RGB (grey is expanded, alpha dropped; 16-bit files stay 16-bit).
 /// The pixel count is checked against `options.maxPixels` from the header before any pixel
 /// memory is allocated. Throws IoError (unreadable, truncated, not an image) or InvalidArgument
-/// (over the pixel limit or the decoder's 2^31 - 1 byte limit on the decoded pixels), each
-/// naming the path and the limit. A JPEG without its end-of-image marker or a PNG without its
-/// complete IEND chunk counts as truncated. Supported formats are those of stb_image: JPEG
+/// (over the pixel limit, the decoder's 2^31 - 1 byte limit on the decoded pixels, or, for a
+/// PNG, stb_image's limits of 2^24 pixels a side and 2^30 bytes of stored samples), each naming
+/// the path and the limit. The file's size is checked against its header before decoding: a
+/// JPEG without its end-of-image marker, a PNG without its complete IEND chunk, a GIF whose first
+/// image's data blocks are cut, an uncompressed BMP, TGA or binary PGM/PPM shorter than its header
+/// declares, or a run-length TGA whose packets do not cover every pixel counts as truncated.
+/// Supported formats are those of stb_image: JPEG
 /// (baseline and progressive, 8-bit), PNG, BMP, GIF (first frame), TGA, PSD, HDR, PIC, PNM.
 Image loadImage(const std::filesystem::path& path, const LoadOptions& options = {});
 
