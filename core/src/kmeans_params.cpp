@@ -61,17 +61,18 @@ void validate(const KMeansParams& p, std::size_t n) {
   if (std::size_t(p.k) > n)
     throw InvalidArgument("K = " + std::to_string(p.k) + " exceeds the number of samples (" +
                           std::to_string(n) + ")");
-  if (!(p.rho > 2.0))
-    throw InvalidArgument("rho = " + std::to_string(p.rho) + " is invalid: rho must be > 2");
+  if (!(p.rho > 2.0) || !std::isfinite(p.rho))
+    throw InvalidArgument("rho = " + std::to_string(p.rho) +
+                          " is invalid: rho must be > 2 and finite");
   if (p.maxIterations < 1)
     throw InvalidArgument("max iterations = " + std::to_string(p.maxIterations) +
                           " is invalid: it must be >= 1");
   if (!(p.tolerance >= 0.0) || !std::isfinite(p.tolerance))
     throw InvalidArgument("tolerance = " + std::to_string(p.tolerance) +
                           " is invalid: it must be a finite number >= 0");
-  if (p.threads < 0)
+  if (p.threads < 0 || p.threads > kMaxThreads)
     throw InvalidArgument("threads = " + std::to_string(p.threads) +
-                          " is invalid: use 0 (all) or more");
+                          " is invalid: use 0 (all cores) up to " + std::to_string(kMaxThreads));
   if (p.imageWidth < 0 || (p.imageWidth > 0 && n % std::size_t(p.imageWidth) != 0))
     throw InvalidArgument("image width = " + std::to_string(p.imageWidth) +
                           " is invalid: it must be 0 (no image) or divide the number of samples (" +

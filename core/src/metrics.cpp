@@ -20,6 +20,8 @@ __extension__ typedef __int128 Int128;
 
 // Largest K_a x K_b table contingency() builds (512 MiB of counts).
 constexpr std::int64_t kMaxContingencyCells = std::int64_t(1) << 26;
+static_assert(std::int64_t(kMaxComparedClusters) * kMaxComparedClusters <= kMaxContingencyCells,
+              "compareLabelings must accept every K up to kMaxComparedClusters");
 // Tables up to this many cells are counted in per-thread copies; larger ones in one pass.
 constexpr std::int64_t kMaxThreadLocalCells = std::int64_t(1) << 16;
 // A hypergeometric walk stops where a term falls below this fraction of the running sums.

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "kmseg/workflow.h"
 
+#include <string>
+
 #include "kmseg/error.h"
 #include "kmseg/init.h"
 
@@ -12,11 +14,20 @@ WorkflowParams workflowFor(const WorkflowParams& params, const Image& image) {
   return p;
 }
 
+void validateWorkflow(const WorkflowParams& params, std::size_t n) {
+  validate(params.kmeans, n);
+  const int k = params.kmeans.k;
+  if (k > kMaxComparedClusters)
+    throw InvalidArgument("K = " + std::to_string(k) + " exceeds the maximum of " +
+                          std::to_string(kMaxComparedClusters) +
+                          " clusters for which label maps can be compared with the fp64 reference");
+}
+
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress, const std::atomic<bool>* cancel) {
   if (features.empty()) throw InvalidArgument("the feature matrix is empty");
-  validate(params.kmeans, features.rows);
+  validateWorkflow(params, features.rows);
   checkFinite(features, "the feature matrix");
   WorkflowResult out;
   out.engine = engine.description();

@@ -347,6 +347,11 @@ TEST(Lloyd, BadInput) {
   q = p;
   q.rho = 2.0;
   expectThrow(q, data, init, "rho must be > 2");
+  q.rho = INFINITY;
+  expectThrow(q, data, init, "rho = inf is invalid: rho must be > 2 and finite");
+  q = p;
+  q.threads = kMaxThreads + 1;
+  expectThrow(q, data, init, "threads = 1025 is invalid: use 0 (all cores) up to 1024");
   q = p;
   q.maxIterations = 0;
   expectThrow(q, data, init, "max iterations");
@@ -380,6 +385,28 @@ TEST(Workflow, ParamsForAnImageCarryItsWidth) {
   EXPECT_EQ(q.kmeans.imageWidth, 7);
   EXPECT_EQ(q.kmeans.k, 4);
   EXPECT_EQ(p.kmeans.imageWidth, 0);
+}
+
+TEST(Workflow, KAboveTheComparableMaximumFailsBeforeAnyRun) {
+  const int k = kMaxComparedClusters + 1;
+  Matrix data(std::size_t(k) + 10, 1);
+  for (std::size_t i = 0; i < data.rows; ++i) data(i, 0) = double(i);
+  WorkflowParams p;
+  p.kmeans.k = k;
+  p.kmeans.maxIterations = 1;
+  int iterations = 0;
+  try {
+    runWorkflow(*makeCpuEngine(1), data, {Mode::Fp32}, p,
+                [&](int, int, Mode, const IterationStats&) { ++iterations; });
+    ADD_FAILURE() << "no exception for K = " << k;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("K = 8193 exceeds the maximum of 8192"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(iterations, 0) << "the limit must be checked before the engine runs";
+  EXPECT_THROW(validateWorkflow(p, std::size_t(-1)), InvalidArgument);
+  p.kmeans.k = kMaxComparedClusters;
+  EXPECT_NO_THROW(validateWorkflow(p, std::size_t(-1)));
 }
 
 TEST(Init, RandomPointsAreDistinctRowsAndReproducible) {

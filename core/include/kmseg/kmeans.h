@@ -47,7 +47,7 @@ struct KMeansParams {
   double tolerance = 1e-8;   ///< tau >= 0 on ||dC||_F / ||C||_F
   bool detectCycles = true;  ///< stop on a 2-cycle of labels (off reproduces the paper)
   bool traceSse = true;      ///< compute the SSE of every iteration in the trace
-  int threads = 0;           ///< CPU threads; 0 = all hardware threads
+  int threads = 0;           ///< CPU threads; 0 = all hardware threads, at most kMaxThreads
   /// Skip distance evaluations that provably cannot change a label. CPU engine, uniform fp64/fp32
   /// modes: Hamerly's bounds widened by the rounding error bound of the expanded formula. CUDA
   /// engine, D = 5, every mode: centres that are provably farther than another from every point
@@ -64,8 +64,12 @@ struct KMeansParams {
   std::int64_t imageWidth = 0;
 };
 
+/// Most CPU threads a run may ask for (KMeansParams::threads).
+inline constexpr int kMaxThreads = 1024;
+
 /// Throws InvalidArgument naming the parameter and its limit when `p` is out of range for
-/// `n` samples (K < 1, K > n, rho <= 2, maxIterations < 1, negative or NaN tolerance).
+/// `n` samples (K < 1, K > n, rho <= 2 or not finite, maxIterations < 1, negative or non-finite
+/// tolerance, threads outside [0, kMaxThreads]).
 void validate(const KMeansParams& p, std::size_t n);
 
 /// What happened in one Lloyd iteration (assignment followed by the centroid update).

@@ -57,7 +57,12 @@ struct Comparison {
   std::vector<std::uint8_t> mask;
 };
 
-/// Compares `candidate` with `reference` (both with labels in [0, k)).
+/// Largest K that compareLabelings accepts: its K x K contingency table is limited to 2^26 cells
+/// (512 MiB of counts).
+inline constexpr int kMaxComparedClusters = 8192;
+
+/// Compares `candidate` with `reference` (both with labels in [0, k)). Throws InvalidArgument for
+/// k above kMaxComparedClusters.
 Comparison compareLabelings(const std::vector<std::int32_t>& reference,
                             const std::vector<std::int32_t>& candidate, int k, double referenceSse,
                             double candidateSse);

@@ -47,10 +47,17 @@ struct WorkflowResult {
 using WorkflowProgress =
     std::function<void(int run, int runCount, Mode mode, const IterationStats& stats)>;
 
+/// Throws InvalidArgument naming the parameter and its limit when `params` cannot run as a
+/// workflow on `n` samples: what validate() rejects, and K above kMaxComparedClusters (the
+/// comparison with the reference could not be made). Pass n = SIZE_MAX to check only the limits
+/// that do not depend on the data, before loading it.
+void validateWorkflow(const WorkflowParams& params, std::size_t n);
+
 /// Runs the fp64 reference and then each of `modes` on `engine`, all from the same initial
 /// centres (chosen once with params.init and params.seed), and compares each with the
 /// reference. A requested fp64 mode with fp64 working precision reuses the reference run.
-/// Throws what the engine throws; Cancelled when `cancel` becomes true.
+/// Checks `params` with validateWorkflow before any run. Throws what the engine throws;
+/// Cancelled when `cancel` becomes true.
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress = {},
