@@ -317,9 +317,11 @@ void normalizeColumns(Matrix& m, Normalization n) {
 Matrix makeFeatures(const Image& image, const FeatureOptions& options) {
   requireImage(image);
   const double weight = options.spatialWeight;
-  if (!std::isfinite(weight) || weight < 0.0)
+  if (!std::isfinite(weight) || weight < 0.0 || weight > kMaxSpatialWeight)
     throw InvalidArgument("spatial weight " + formatDouble(weight) +
-                          " is out of range; it must be finite and >= 0");
+                          " is out of range; it must be finite and >= 0, at most " +
+                          formatDouble(kMaxSpatialWeight) +
+                          " (larger weights overflow fp16 distances)");
   const bool is16 = image.bitDepth == 16;
 
   if (options.colorSpace == ColorSpace::Rgb && options.normalization == Normalization::MinMax)

@@ -130,15 +130,22 @@ TEST(Features, SpatialWeightScalesOnlyXAndY) {
 }
 
 TEST(Features, RejectsBadSpatialWeight) {
-  for (double w :
-       {-0.5, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+  for (double w : {-0.5, std::numeric_limits<double>::quiet_NaN(),
+                   std::numeric_limits<double>::infinity(), 32.5, 1e100}) {
     FeatureOptions options;
     options.spatialWeight = w;
     const std::string message =
         messageOf<InvalidArgument>([&] { kmseg::makeFeatures(smallImage(), options); });
     EXPECT_NE(message.find("spatial weight"), std::string::npos) << message;
-    EXPECT_NE(message.find("finite and >= 0"), std::string::npos) << message;
+    EXPECT_NE(message.find("finite and >= 0, at most 32"), std::string::npos) << message;
   }
+  // The largest weight is accepted, and its weighted coordinates stay within fp16's safe range.
+  FeatureOptions options;
+  options.spatialWeight = kmseg::kMaxSpatialWeight;
+  options.normalization = kmseg::Normalization::ZScore;
+  const Matrix m = kmseg::makeFeatures(smallImage(), options);
+  for (std::size_t i = 0; i < m.rows; ++i)
+    for (std::size_t j = 3; j < 5; ++j) EXPECT_LE(std::abs(m(i, j)), 64.0);
 }
 
 TEST(Features, RejectsEmptyOrInconsistentImages) {

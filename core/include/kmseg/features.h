@@ -44,11 +44,19 @@ KMSEG_HOST_DEVICE inline double minMaxValue(double v, double min, double max) {
   return max == min ? 0.0 : (v - min) / (max - min);
 }
 
+/// Largest spatial weight, so that every mode, fp16 included, can represent the terms of the
+/// expanded distance: with |feature| <= 64 and D = 5, ||x||^2 and ||c||^2 <= 5 * 64^2 and
+/// 2|x^T c| <= 10 * 64^2 = 40960 stay below fp16's largest value 65504 (the bound the CUDA
+/// engine's fast passes assume). Weighted x and y reach the weight (min-max) or less than
+/// sqrt(3) times it (z-score), so 32 keeps them within 64 under either normalisation.
+inline constexpr double kMaxSpatialWeight = 32.0;
+
 /// How pixel features are built.
 struct FeatureOptions {
   ColorSpace colorSpace = ColorSpace::Rgb;              ///< what c0, c1, c2 hold
   Normalization normalization = Normalization::MinMax;  ///< applied to every column
-  double spatialWeight = 1.0;  ///< multiplies the normalised x and y columns; finite, >= 0
+  /// Multiplies the normalised x and y columns; finite, in [0, kMaxSpatialWeight].
+  double spatialWeight = 1.0;
 };
 
 /// Builds one row (c0, c1, c2, x, y) per pixel, row-major pixel order (index = y * width + x),
