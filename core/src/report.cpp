@@ -160,9 +160,11 @@ std::string reportJson(const Report& report) {
   checkRuns(report);
   const KMeansParams& p = report.params;
   json runs = json::array();
+  json modes = json::array();  // the modes run next to the reference, in order
   double runSeconds = 0.0;
   for (const ModeReport& run : report.runs) {
     runs.push_back(runJson(run));
+    if (!run.isReference) modes.push_back(modeName(run.result->mode));
     if (std::isfinite(run.result->seconds)) runSeconds += run.result->seconds;
   }
   json doc = {
@@ -174,7 +176,7 @@ std::string reportJson(const Report& report) {
         {"pixels", std::int64_t(report.width) * std::int64_t(report.height)}}},
       {"parameters",
        {{"k", p.k},
-        {"mode", modeName(p.mode)},
+        {"modes", modes},
         {"rho", number(p.rho)},
         {"working", workingName(p.working)},
         {"max_iterations", p.maxIterations},
@@ -198,6 +200,8 @@ std::string reportJson(const Report& report) {
         {"total_seconds", number(report.decodeSeconds + report.featureSeconds + runSeconds)}}},
       {"runs", runs},
       {"versions", versionsJson()}};
+  // A segment report runs one mode and names it; a compare report runs several (listed above).
+  if (report.command != "compare") doc["parameters"]["mode"] = modeName(p.mode);
   // Strings from the user (file names) need not be UTF-8: replace invalid bytes, never throw.
   return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }

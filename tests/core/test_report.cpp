@@ -114,6 +114,22 @@ std::vector<std::string> fields(const std::string& record) {
 
 }  // namespace
 
+TEST(ReportTest, CompareListsEveryModeAndSegmentNamesItsMode) {
+  Fixture f;
+  kmseg::KMeansResult plain = f.mixed;
+  plain.mode = kmseg::Mode::Fp32;
+  f.report.runs.push_back({&plain, &f.comparison, false});
+  json p = json::parse(kmseg::reportJson(f.report))["parameters"];
+  EXPECT_EQ(p["modes"], json::array({"fp16>fp32", "fp32"}));
+  EXPECT_FALSE(p.contains("mode")) << "one mode of several would mislead: " << p["mode"];
+
+  f.report.command = "segment";
+  f.report.runs.pop_back();
+  p = json::parse(kmseg::reportJson(f.report))["parameters"];
+  EXPECT_EQ(p["mode"], "fp16>fp32");
+  EXPECT_EQ(p["modes"], json::array({"fp16>fp32"}));
+}
+
 TEST(ReportTest, JsonParsesBackWithExpectedValues) {
   Fixture f;
   const json doc = json::parse(kmseg::reportJson(f.report));
@@ -122,7 +138,7 @@ TEST(ReportTest, JsonParsesBackWithExpectedValues) {
   EXPECT_EQ(doc["image"]["pixels"], 200);
   const json& p = doc["parameters"];
   EXPECT_EQ(p["k"], 3);
-  EXPECT_EQ(p["mode"], "fp16>fp32");
+  EXPECT_EQ(p["modes"], json::array({"fp16>fp32"}));
   EXPECT_EQ(p["rho"], 5.0);
   EXPECT_EQ(p["tolerance"], 1e-8);
   EXPECT_EQ(p["working"], "auto");

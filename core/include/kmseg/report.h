@@ -38,7 +38,9 @@ struct Report {
 };
 
 /// The report as JSON (parameters, per-mode results with per-iteration traces, timings,
-/// versions of kmseg and its libraries). Keys are snake_case; NaN, infinity and unmeasured
+/// versions of kmseg and its libraries). parameters.modes lists the mode of every run other than
+/// the reference, in order; a report whose command is not "compare" also names params.mode as
+/// parameters.mode. Keys are snake_case; NaN, infinity and unmeasured
 /// values (negative device seconds or trace SSE) are written as null. Throws InvalidArgument
 /// when a run has no result.
 std::string reportJson(const Report& report);
