@@ -145,7 +145,9 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
   cmd.add_option("--seed", o.seed, "Seed of the initial centres")->capture_default_str();
   cmd.add_option("--modes", o.modes, "gpu suite: the modes to run, e.g. fp32,fp16>fp32 (all)")
       ->delimiter(',');
-  cmd.add_option("--json", o.json, "Write the results as JSON to this file");
+  cmd.add_option("--json", o.json,
+                 "Write the results as JSON to this file (its directory is created if needed; "
+                 "checked before the benchmark runs)");
 }
 
 void checkBenchOptions(const BenchOptions& o) {
@@ -164,10 +166,17 @@ void checkBenchOptions(const BenchOptions& o) {
       throw InvalidArgument("--clusters: K = " + std::to_string(k) + " is outside [1, 1024]");
   if (o.repeats < 1) throw InvalidArgument("--repeats must be >= 1");
   for (const std::string& m : o.modes) (void)parseMode(m);
-  if (o.threads < 0) throw InvalidArgument("--threads must be >= 0");
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw InvalidArgument("--threads " + std::to_string(o.threads) + " is outside [0, " +
+                          std::to_string(kMaxThreads) + "] (0 = all cores)");
 }
 
 void runBench(const BenchOptions& o) {
+  // Fail on an unwritable --json path before the benchmark, as segment and compare do for -o.
+  if (!o.json.empty()) {
+    prepareOutputDirectory(o.json.parent_path());
+    checkOutputFile(o.json);
+  }
   const int threads = resolveThreadCount(o.threads);
   const Image photo = resizeTo(loadImage(o.image), o.megapixels);
   const Matrix features = makeFeatures(photo);

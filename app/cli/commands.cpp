@@ -57,8 +57,25 @@ std::string fileTag(Mode mode) {
 }
 
 void runCommand(const std::string& command, const Options& o) {
-  // Fail on an unusable output directory before spending time on the image.
+  // Fail on an unusable output directory, or on any output path that cannot be written (e.g. an
+  // existing directory of that name), before spending time on the image and before the first
+  // file of the set is written.
   prepareOutputDirectory(o.outputDir);
+  const std::string stem = o.image.stem().string();
+  const auto json = o.outputDir / (stem + "." + command + ".json");
+  const auto csv = o.outputDir / (stem + "." + command + ".csv");
+  auto mapBase = [&](const std::string& tag) { return o.outputDir / (stem + "." + tag); };
+  std::vector<std::filesystem::path> outputs;
+  if (o.saveMaps) {
+    for (const char* kind : {".labels.png", ".color.png"})
+      outputs.push_back(mapBase("reference").string() + kind);
+    for (Mode mode : o.modes)
+      for (const char* kind : {".labels.png", ".color.png", ".mask.png"})
+        outputs.push_back(mapBase(fileTag(mode)).string() + kind);
+  }
+  outputs.push_back(json);
+  outputs.push_back(csv);
+  for (const auto& path : outputs) checkOutputFile(path);
 
   auto t0 = std::chrono::steady_clock::now();
   const Image image = loadImage(o.image, o.load);
@@ -98,12 +115,11 @@ void runCommand(const std::string& command, const Options& o) {
   printTable(w, o.modes);
 
   // Outputs: label map (exact ids), colour map and disagreement mask per mode, then reports.
-  const std::string stem = o.image.stem().string();
   const int k = o.workflow.kmeans.k;
   const auto palette = makePalette(std::min(k, 65536), o.palette);
   std::vector<std::filesystem::path> written;
   auto saveMaps = [&](const std::string& tag, const KMeansResult& r, const Comparison* c) {
-    const auto base = o.outputDir / (stem + "." + tag);
+    const auto base = mapBase(tag);
     writeLabelPng(base.string() + ".labels.png", r.labels, image.width, image.height, k, palette);
     writeColorPng(base.string() + ".color.png", r.labels, image.width, image.height, palette);
     written.push_back(base.string() + ".labels.png");
@@ -135,8 +151,6 @@ void runCommand(const std::string& command, const Options& o) {
   report.featureSeconds = featureSeconds;
   report.runs.push_back({&w.reference, nullptr, true});
   for (const auto& m : w.modes) report.runs.push_back({&m.result, &m.comparison, false});
-  const auto json = o.outputDir / (stem + "." + command + ".json");
-  const auto csv = o.outputDir / (stem + "." + command + ".csv");
   writeFileAtomic(json, reportJson(report));
   writeFileAtomic(csv, reportCsv(report));
   written.push_back(json);

@@ -464,11 +464,14 @@ void writeFileAtomic(const fs::path& path, std::string_view bytes) {
   });
 }
 
-void writeFileAtomic(const fs::path& path, const std::function<void(std::FILE*)>& write) {
+namespace {
+
+// The file that writing `path` replaces: through a symbolic link, the file it names (rename
+// would replace the link itself); a dangling link resolves to itself and is replaced. Throws
+// IoError when that is a directory or not a regular file.
+fs::path writeTarget(const fs::path& path) {
   if (path.empty()) throw InvalidArgument("output path is empty");
   std::error_code ec;
-  // Through a symbolic link, replace the file it names and keep the link (rename would replace
-  // the link itself). A dangling link resolves to itself and is replaced.
   fs::path target = path;
   if (fs::is_symlink(fs::symlink_status(path, ec))) target = fs::weakly_canonical(path, ec);
   if (ec) target = path;
@@ -477,6 +480,17 @@ void writeFileAtomic(const fs::path& path, const std::function<void(std::FILE*)>
   if (fs::is_directory(st)) throwIo("write", path, "it is an existing directory");
   if (fs::exists(st) && !fs::is_regular_file(st))
     throwIo("write", path, "it exists and is not a regular file");
+  return target;
+}
+
+}  // namespace
+
+void checkOutputFile(const fs::path& path) {
+  (void)writeTarget(path);
+}
+
+void writeFileAtomic(const fs::path& path, const std::function<void(std::FILE*)>& write) {
+  const fs::path target = writeTarget(path);
   TempFile temp(target, path);
   write(temp.file());
   temp.commit();

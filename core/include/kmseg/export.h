@@ -47,6 +47,11 @@ void writeFileAtomic(const std::filesystem::path& path, std::string_view bytes);
 void writeFileAtomic(const std::filesystem::path& path,
                      const std::function<void(std::FILE*)>& write);
 
+/// Throws IoError naming `path` when writeFileAtomic would refuse it before writing: an existing
+/// directory or non-regular file there (through a symbolic link, at the file it names). Writes
+/// nothing, so a set of outputs can be checked before its first file is written.
+void checkOutputFile(const std::filesystem::path& path);
+
 /// Creates `dir` (and parents) if needed; an empty path means the current directory. Throws
 /// IoError when it is an existing non-directory, cannot be created, or is not writable (checked
 /// by creating and removing a probe file, since access() says yes to root).
