@@ -4,7 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -12,6 +16,8 @@
 #include "commands.h"
 #include "kmseg/config.h"
 #include "kmseg/error.h"
+#include "kmseg/features.h"
+#include "kmseg/workflow.h"
 
 namespace {
 
@@ -33,6 +39,22 @@ struct RawOptions {
   bool quiet = false;
 };
 
+// A CLI11 check for an unsigned option: the value must be a whole number in [min, max], without
+// sign. (CLI11's own conversion wraps "-1" around and clamps values beyond the type's range.)
+CLI::Validator unsignedIn(std::uint64_t min, std::uint64_t max) {
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  return CLI::Validator(
+      [min, max, range](std::string& text) -> std::string {
+        std::uint64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [stop, ec] = std::from_chars(text.data(), end, v);
+        if (text.empty() || ec != std::errc() || stop != end || v < min || v > max)
+          return "'" + text + "' is not a whole number in " + range;
+        return {};
+      },
+      "UINT in " + range, "unsigned");
+}
+
 void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   cmd.add_option("IMAGE", o.image,
                  "Photo to segment (JPEG, PNG, BMP, TGA, PSD, GIF, HDR, PIC, PNM)")
@@ -47,7 +69,9 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
       ->capture_default_str();
   cmd.add_option("--init", raw.init, "Initial centres: random (K distinct pixels) or kmeans++")
       ->capture_default_str();
-  cmd.add_option("--seed", o.workflow.seed, "Seed of the initial centres")->capture_default_str();
+  cmd.add_option("--seed", o.workflow.seed, "Seed of the initial centres")
+      ->check(unsignedIn(0, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
   cmd.add_option("--max-iter", p.maxIterations, "Iteration cap t_max (>= 1)")
       ->capture_default_str();
   cmd.add_option("--tol", p.tolerance, "Stop when the relative centre shift is below this (>= 0)")
@@ -60,15 +84,18 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   cmd.add_option("--normalization", raw.normalization, "Per-column normalisation: minmax or zscore")
       ->capture_default_str();
   cmd.add_option("--spatial-weight", o.features.spatialWeight,
-                 "Weight of the x,y columns after normalisation (>= 0; 0 ignores position)")
+                 "Weight of the x,y columns after normalisation (0 to 32; 0 ignores position)")
       ->capture_default_str();
   cmd.add_option("--backend", raw.backend, "Engine: auto (GPU when one answers), cuda, or cpu")
       ->capture_default_str();
-  cmd.add_option("--threads", p.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd.add_option("--threads", p.threads, "CPU threads (0 = all cores, at most 1024)")
+      ->check(CLI::Range(0, kmseg::kMaxThreads))
+      ->capture_default_str();
   cmd.add_option("-o,--output-dir", o.outputDir, "Directory for label maps and reports")
       ->capture_default_str();
   cmd.add_option("--max-pixels", o.load.maxPixels,
                  "Refuse images with more pixels than this (checked from the file header)")
+      ->check(unsignedIn(1, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
   cmd.add_option("--palette", raw.palette, "Label colours: distinct or cb-safe (colour-blind safe)")
       ->capture_default_str();
@@ -97,11 +124,37 @@ void finish(Options& o, const RawOptions& raw, bool compare) {
   o.saveMaps = !raw.noMaps;
   o.quiet = raw.quiet;
   // Ranges that do not depend on the image (K > pixels is checked once the image is known).
-  kmseg::validate(o.workflow.kmeans, std::size_t(-1));
-  if (!(o.features.spatialWeight >= 0.0) || !std::isfinite(o.features.spatialWeight))
-    throw kmseg::InvalidArgument("--spatial-weight " + std::to_string(o.features.spatialWeight) +
-                                 " is invalid: it must be a finite number >= 0");
+  kmseg::validateWorkflow(o.workflow, std::size_t(-1));
+  const double w = o.features.spatialWeight;
+  if (!(w >= 0.0 && w <= kmseg::kMaxSpatialWeight)) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "--spatial-weight %g is invalid: it must be a finite number in [0, %g] (larger "
+                  "weights overflow fp16 distances)",
+                  w, kmseg::kMaxSpatialWeight);
+    throw kmseg::InvalidArgument(text);
+  }
   if (o.load.maxPixels == 0) throw kmseg::InvalidArgument("--max-pixels must be >= 1");
+  if (o.outputDir.empty())
+    throw kmseg::InvalidArgument(
+        "-o/--output-dir is empty: name a directory (. for the current one)");
+}
+
+// The usage error for a command line that names no known command: the first word typed, or
+// CLI11's message when there is none (an unknown option); either way the valid commands.
+std::string noCommand(int argc, char** argv, CLI::App& app, const CLI::ParseError& e) {
+  std::string valid;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    valid += (valid.empty() ? "" : ", ") + sub->get_name();
+  std::string what = argc < 2 ? std::string("a command is required") : std::string(e.what());
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (!arg.empty() && arg[0] != '-') {
+      what = "unknown command '" + arg + "'";
+      break;
+    }
+  }
+  return what + "; valid commands: " + valid + " (see 'kmseg --help')";
 }
 
 }  // namespace
@@ -141,6 +194,8 @@ int main(int argc, char** argv) {
       "(iterations, stop, time, SSE, Diff %, ARI, AMI, fallback %) and write the report");
   addCommonOptions(*compare, cmpOpts, cmpRaw);
   compare->add_option("--modes", cmpRaw.modes, "Modes to run (default: all nine)")->delimiter(',');
+  // Not a compare option: caught only to point at --modes (hidden from the help).
+  compare->add_option("-m,--mode", cmpRaw.mode)->group("");
 
   kmseg::cli::BenchOptions benchOpts;
   auto* bench = app.add_subcommand("bench", "Benchmarks (see 'kmseg bench --help')");
@@ -155,7 +210,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "kmseg: %s (see 'kmseg --help')\n", e.what());
+    if (app.get_subcommands().empty())
+      std::fprintf(stderr, "kmseg: %s\n", noCommand(argc, argv, app, e).c_str());
+    else
+      std::fprintf(stderr, "kmseg: %s (see 'kmseg --help')\n", e.what());
+    return 2;
+  }
+  if (compare->parsed() && compare->count("--mode") > 0) {
+    std::fprintf(stderr,
+                 "kmseg: compare takes --modes (a comma-separated list, e.g. --modes fp32,fp16), "
+                 "not -m/--mode\n");
     return 2;
   }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "kmseg/engine.h"
 #include "kmseg/export.h"
@@ -130,6 +131,7 @@ struct BadCase {
   std::string args;
   int code;
   std::string message;
+  std::string limit = {};  ///< a second part of the message, e.g. the limit (when not empty)
 };
 
 void PrintTo(const BadCase& c, std::ostream* os) {
@@ -163,7 +165,41 @@ TEST_P(CliBadInput, OneClearLineAndNoOutput) {
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_EQ(r.err.rfind("kmseg: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(c.limit), std::string::npos) << r.err;
   EXPECT_TRUE(emptyDir(out)) << "partial output in " << out;
+}
+
+// A predictable write failure (here a directory where the report goes) is found before the first
+// file of the set is written, and before any computation.
+TEST(Cli, OutputSetIsCheckedBeforeAnyFileIsWritten) {
+  const fs::path tmp = test::freshTempDir("cli-partial");
+  std::vector<std::int32_t> labels(100);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = std::int32_t(i % 3);
+  writeColorPng(tmp / "small.png", labels, 10, 10, makePalette(3));
+  const fs::path out = tmp / "o";
+  fs::create_directories(out / "small.segment.json");
+  const CliRun r =
+      kmseg("segment '" + (tmp / "small.png").string() + "' -k 3 -q -o '" + out.string() + "'");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("small.segment.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("it is an existing directory"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "ran before failing:\n" << r.out;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"small.segment.json"}) << "partial output in " << out;
+}
+
+// An unwritable --json path fails before the benchmark runs, not after it.
+TEST(Cli, BenchChecksItsJsonPathFirst) {
+  const fs::path tmp = test::freshTempDir("cli-bench-json");
+  std::ofstream(tmp / "file.txt") << "x";
+  const CliRun r = kmseg("bench cpu --megapixels 0.01 -k 2 --repeats 1 --json '" +
+                         (tmp / "file.txt" / "x.json").string() + "'");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("file.txt"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "ran before failing:\n" << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -187,7 +223,27 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"backend", "segment samples/coffee.png --backend gpu", 2, "unknown backend"},
         BadCase{"option", "segment samples/coffee.png --frobnicate", 2, "frobnicate"},
         BadCase{"unwritable", "segment samples/coffee.png -q -o $T/file.txt/sub", 1, "file.txt"},
-        BadCase{"outisfile", "segment samples/coffee.png -q -o $T/file.txt", 1, "file.txt"}),
+        BadCase{"outisfile", "segment samples/coffee.png -q -o $T/file.txt", 1, "file.txt"},
+        BadCase{"outempty", "segment samples/coffee.png -q -o ''", 2, "-o/--output-dir is empty"},
+        BadCase{"kmax", "segment samples/coffee.png -k 9000 --max-iter 1 -m fp32", 2, "K = 9000",
+                "maximum of 8192"},
+        BadCase{"weighthuge", "segment samples/coffee.png --spatial-weight 1e100", 2,
+                "--spatial-weight", "[0, 32]"},
+        BadCase{"weight33", "segment samples/coffee.png --spatial-weight 33", 2, "--spatial-weight",
+                "[0, 32]"},
+        BadCase{"seedneg", "segment samples/coffee.png --seed -1", 2, "--seed",
+                "[0, 18446744073709551615]"},
+        BadCase{"seedbig", "segment samples/coffee.png --seed 99999999999999999999999", 2, "--seed",
+                "[0, 18446744073709551615]"},
+        BadCase{"pixelsneg", "segment samples/coffee.png --max-pixels -1", 2, "--max-pixels",
+                "[1, 18446744073709551615]"},
+        BadCase{"rhoinf", "segment samples/coffee.png --rho inf", 2, "rho = inf",
+                "rho must be > 2 and finite"},
+        BadCase{"rhohuge", "segment samples/coffee.png --rho 1e400", 2, "rho"},
+        BadCase{"threads", "segment samples/coffee.png --threads 100000", 2, "--threads", "1024"},
+        BadCase{"command", "frobnicate", 2, "unknown command 'frobnicate'",
+                "segment, compare, bench"},
+        BadCase{"comparemode", "compare samples/coffee.png -m fp32", 2, "compare takes --modes"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
