@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kmseg/error.h"
+#include "kmseg/metrics.h"
 
 namespace kmseg::gui {
 
@@ -50,7 +51,7 @@ GuiParams loadParams(QSettings& s) {
   GuiParams p = defaultParams();
   auto& km = p.workflow.kmeans;
   s.beginGroup("params");
-  km.k = boundedInt(s, "k", km.k, 1, 65536);
+  km.k = boundedInt(s, "k", km.k, 1, kMaxComparedClusters);
   p.mode = parsed(s, "mode", p.mode, [](const std::string& n) { return parseMode(n); });
   // rho must stay above 2 (the reliability test is meaningless below).
   const double rho = boundedDouble(s, "rho", km.rho, 2.0, 1000.0);
@@ -65,13 +66,13 @@ GuiParams loadParams(QSettings& s) {
   km.maxIterations = boundedInt(s, "maxIterations", km.maxIterations, 1, 1000000);
   km.tolerance = boundedDouble(s, "tolerance", km.tolerance, 0.0, 1.0);
   km.detectCycles = s.value("detectCycles", km.detectCycles).toBool();
-  km.threads = boundedInt(s, "threads", km.threads, 0, 4096);
+  km.threads = boundedInt(s, "threads", km.threads, 0, kMaxThreads);
   p.features.colorSpace = parsed(s, "colorSpace", p.features.colorSpace,
                                  [](const std::string& n) { return parseColorSpace(n); });
   p.features.normalization = parsed(s, "normalization", p.features.normalization,
                                     [](const std::string& n) { return parseNormalization(n); });
   p.features.spatialWeight =
-      boundedDouble(s, "spatialWeight", p.features.spatialWeight, 0.0, 1000.0);
+      boundedDouble(s, "spatialWeight", p.features.spatialWeight, 0.0, kMaxSpatialWeight);
   p.backend = parsed(s, "backend", p.backend, [](const std::string& n) { return parseBackend(n); });
   p.palette = parsed(s, "palette", p.palette, [](const std::string& n) { return parsePalette(n); });
   const qulonglong maxPixels = s.value("maxPixels", qulonglong(p.maxPixels)).toULongLong(&ok);

@@ -16,6 +16,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kmseg/metrics.h"
+
 namespace kmseg::gui {
 
 namespace {
@@ -41,7 +43,7 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   form->setVerticalSpacing(4);
 
   k_ = new QSpinBox(this);
-  k_->setRange(1, 65536);
+  k_->setRange(1, kMaxComparedClusters);
   k_->setToolTip(tr("Number of clusters K (at most the number of distinct pixels)"));
   form->addRow(tr("&K"), k_);
 
@@ -108,7 +110,7 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("&Normalization"), normalization_);
 
   spatialWeight_ = new QDoubleSpinBox(this);
-  spatialWeight_->setRange(0.0, 1000.0);
+  spatialWeight_->setRange(0.0, kMaxSpatialWeight);
   spatialWeight_->setDecimals(3);
   spatialWeight_->setSingleStep(0.1);
   spatialWeight_->setToolTip(
@@ -124,7 +126,7 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("&Backend"), backend_);
 
   threads_ = new QSpinBox(this);
-  threads_->setRange(0, 4096);
+  threads_->setRange(0, kMaxThreads);
   threads_->setSpecialValueText(tr("all cores"));
   threads_->setToolTip(tr("CPU threads (0 = all cores)"));
   form->addRow(tr("CPU t&hreads"), threads_);

@@ -70,6 +70,9 @@ TEST(GuiParams, UnreadableValuesKeepTheirDefaults) {
   s.setValue("params/rho", 1.5);
   s.setValue("params/backend", "opencl");
   s.setValue("params/tolerance", "not a number");
+  // Values beyond what a run accepts (the core's limits) keep the defaults too.
+  s.setValue("params/threads", kMaxThreads + 1);
+  s.setValue("params/spatialWeight", kMaxSpatialWeight * 2);
   const GuiParams q = loadParams(s);
   const GuiParams d = defaultParams();
   EXPECT_EQ(q.workflow.kmeans.k, d.workflow.kmeans.k);
@@ -77,6 +80,8 @@ TEST(GuiParams, UnreadableValuesKeepTheirDefaults) {
   EXPECT_DOUBLE_EQ(q.workflow.kmeans.rho, d.workflow.kmeans.rho);
   EXPECT_EQ(q.backend, d.backend);
   EXPECT_DOUBLE_EQ(q.workflow.kmeans.tolerance, d.workflow.kmeans.tolerance);
+  EXPECT_EQ(q.workflow.kmeans.threads, d.workflow.kmeans.threads);
+  EXPECT_DOUBLE_EQ(q.features.spatialWeight, d.features.spatialWeight);
   s.clear();
 }
 
