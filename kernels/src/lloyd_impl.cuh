@@ -46,6 +46,7 @@
 #include "kmseg/error.h"
 #include "kmseg/lloyd_rules.h"
 #include "kmseg/mode.h"
+#include "launch_shape.h"
 #include "lloyd_run.h"
 
 namespace kmseg::cuda {
@@ -2670,12 +2671,14 @@ class Run final : public LloydRun {
       blocks =
           std::max(blocks, ((n + runChunk - 1) / runChunk + resident - 1) / resident * resident);
     }
-    if (const char* b = std::getenv("KMSEG_CUDA_BLOCKS"); b && std::atoll(b) > 0)
-      blocks = std::atoll(b);  // tuning only
+    const char* forced = std::getenv("KMSEG_CUDA_BLOCKS");  // tuning only
+    if (forced && std::atoll(forced) > 0) blocks = std::atoll(forced);
     // At least one full round (a tile per warp) per block: below that, a block's fixed costs
     // (zeroing and folding its accumulators) outweigh its share of the work (H200, 0.26 MP,
     // K = 32: 34.6 us per iteration with 512 blocks of half a round, 28.9 with 264).
     blocks = std::min(blocks, std::max(1ll, (tiles + kWarps - 1) / kWarps));
+    // Unless forced, off counts whose blocks keep to a few image columns (spreadBlocks).
+    if (!(forced && std::atoll(forced) > 0)) blocks = spreadBlocks(blocks, tiles, cols, kWarps);
     tileW_ = int(width);
     tileRows_ = int(rows);
     tileCols_ = int(cols);

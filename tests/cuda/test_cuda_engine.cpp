@@ -19,6 +19,7 @@
 #include "kmseg/image_io.h"
 #include "kmseg/init.h"
 #include "kmseg/metrics.h"
+#include "launch_shape.h"
 #include "test_data.h"
 #include "test_paths.h"
 
@@ -704,6 +705,43 @@ TEST(CudaEngine, AutoChoosesTheDevice) {
   const EngineChoice c = makeEngine(Backend::Auto);
   EXPECT_EQ(c.backend, Backend::Cuda) << c.note;
   EXPECT_NE(c.engine->description().find("CUDA"), std::string::npos);
+}
+
+// The fast pass's block count moves off counts whose blocks keep their image columns round after
+// round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
+// resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
+TEST(CudaLaunchShape, BlocksDoNotKeepToTheSameColumns) {
+  using cuda::spreadBlocks;
+  // 14 MP, 4209 x 3326: 264 tile columns, 416 bands. kWarps B is a multiple of 264 for every
+  // count: each block would take the same 8 columns in every round. One block fewer moves them by
+  // 8 columns a round, over all 33 positions.
+  const long long tiles14 = 264ll * 416;
+  for (long long b : {264ll, 396ll, 528ll, 792ll})
+    EXPECT_EQ(spreadBlocks(b, tiles14, 264, 8), b - 1);
+  // 12 MP, 3897 x 3079: 244 columns; a block's tiles move by 8 B mod 244 columns and visit
+  // 61 positions or more: unchanged.
+  const long long tiles12 = 244ll * 385;
+  for (long long b : {264ll, 396ll, 528ll, 792ll}) EXPECT_EQ(spreadBlocks(b, tiles12, 244, 8), b);
+  // 3.3 MP, 2044 x 1615: 128 columns, 396 blocks move 96 columns a round (4 positions): a
+  // drift, left alone.
+  EXPECT_EQ(spreadBlocks(396, 128ll * 202, 128, 8), 396);
+  // A grid that the tiles cap (one round per block) and a single block: unchanged.
+  EXPECT_EQ(spreadBlocks(257, 36 * 57, 36, 8), 257);
+  EXPECT_EQ(spreadBlocks(1, 1000, 10, 8), 1);
+  // Never more blocks and never more than 8 fewer; a count with a drift stays; a count without
+  // one moves to a count with one whenever one of the 8 below has one.
+  for (long long cols = 2; cols < 400; cols += 7)
+    for (long long b = 2; b < 900; b += 37) {
+      const long long s = spreadBlocks(b, cols * 300, cols, 8);
+      ASSERT_LE(s, b);
+      ASSERT_GE(s, b - 8);
+      const bool drift = 8 * b % cols != 0;
+      if (drift) ASSERT_EQ(s, b) << b << " blocks, " << cols << " columns";
+      bool canMove = false;
+      for (long long c = b - 1; c >= std::max(1ll, b - 8); --c)
+        canMove = canMove || 8 * c % cols != 0;
+      if (!drift && canMove) ASSERT_NE(8 * s % cols, 0) << b << " blocks, " << cols << " columns";
+    }
 }
 
 TEST(CudaEngineWithoutDevice, FactoryExplainsOrWorks) {
