@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "kmseg/engine.h"
@@ -177,6 +178,11 @@ void runBench(const BenchOptions& o) {
     prepareOutputDirectory(o.json.parent_path());
     checkOutputFile(o.json);
   }
+  // The default photo is a path in the repository: say so rather than "does not exist".
+  if (o.image == BenchOptions{}.image && !std::filesystem::exists(o.image))
+    throw InvalidArgument("--image: the default photo '" + o.image.string() +
+                          "' is not under the current directory (it is the repository's "
+                          "samples/ folder); run from the repository's root or pass --image PATH");
   const int threads = resolveThreadCount(o.threads);
   const Image photo = resizeTo(loadImage(o.image), o.megapixels);
   const Matrix features = makeFeatures(photo);

@@ -89,6 +89,13 @@ int runHeadlessCompare(const QString& image) {
   std::printf("kmseg-gui: no display; running 'kmseg compare' on %s instead\n",
               path.toLocal8Bit().constData());
   std::fflush(stdout);
+  if (image.isEmpty() && !QFile::exists(path)) {
+    std::fprintf(stderr,
+                 "kmseg-gui: no IMAGE given, and the default sample '%s' is not under the current "
+                 "directory (it is the repository's samples/ folder); pass an IMAGE\n",
+                 kDefaultSample);
+    return 1;
+  }
   cli::Options o;
   o.image = QFile::encodeName(path).toStdString();
   o.outputDir = "kmseg-out";

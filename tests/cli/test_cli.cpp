@@ -36,16 +36,17 @@ std::string readAll(const fs::path& p) {
   return s.str();
 }
 
-// Runs kmseg with `args` (already shell-quoted where needed).
-CliRun kmseg(const std::string& args) {
+// Runs kmseg with `args` (already shell-quoted where needed), in `cwd` when given.
+CliRun kmseg(const std::string& args, const fs::path& cwd = {}) {
   const char* exe = std::getenv("KMSEG_CLI");
   if (!exe) {
     ADD_FAILURE() << "KMSEG_CLI is not set (CTest sets it to the kmseg executable)";
     return {};
   }
   const fs::path dir = test::freshTempDir("cli-capture");
-  const std::string cmd = std::string("'") + exe + "' " + args + " >'" + (dir / "out").string() +
-                          "' 2>'" + (dir / "err").string() + "'";
+  const std::string cd = cwd.empty() ? "" : "cd '" + cwd.string() + "' && ";
+  const std::string cmd = cd + "'" + exe + "' " + args + " >'" + (dir / "out").string() + "' 2>'" +
+                          (dir / "err").string() + "'";
   const int status = std::system(cmd.c_str());
   CliRun r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -200,6 +201,17 @@ TEST(Cli, BenchChecksItsJsonPathFirst) {
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("file.txt"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty()) << "ran before failing:\n" << r.out;
+}
+
+// The bench's default photo is a repository path: outside the repository's root the error says
+// so and names --image, instead of only "does not exist".
+TEST(Cli, BenchOutsideTheRepositoryNamesItsDefaultPhoto) {
+  const fs::path tmp = test::freshTempDir("cli-bench-default");
+  const CliRun r = kmseg("bench cpu --megapixels 0.01 -k 2 --repeats 1", tmp);
+  EXPECT_EQ(r.code, 1) << r.err;  // as for a missing IMAGE of segment
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("samples/european-honey-bee.jpg"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--image PATH"), std::string::npos) << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -46,6 +46,14 @@ TEST(Launch, WithoutADisplayRunsTheHeadlessCompare) {
   ASSERT_TRUE(p.waitForFinished(60000));
   EXPECT_EQ(p.exitCode(), 1);
   EXPECT_TRUE(p.readAllStandardError().contains("no-such-image.png"));
+
+  // No image, run outside the repository (no samples/ folder here): the default sample is named.
+  p.start(guiBinary(), {});
+  ASSERT_TRUE(p.waitForFinished(60000));
+  EXPECT_EQ(p.exitCode(), 1);
+  const QByteArray err = p.readAllStandardError();
+  EXPECT_TRUE(err.contains("samples/coffee.png") && err.contains("pass an IMAGE"))
+      << err.toStdString();
 }
 
 TEST(Launch, ScreenshotRendersTheWindowAfterARun) {
