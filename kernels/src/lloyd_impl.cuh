@@ -1256,9 +1256,10 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// against 0.302 ms per iteration), two for fp16>fp64 (128; three were slower); two for the
 /// uniform fp64 pass (128; its shared memory allows two). Without the cap the pruning code
 /// (warpCandidates) costs each of them a resident block. The other W = fp64 variants take what
-/// they need. Four blocks (64 registers, 76-304 bytes spilled) were slower for every W = fp32 pass
-/// but fp32 on the H200 at K = 32 at 2, 4, 6, 8, 10, 11, 14, 16 and 24 MP (by 2-14 %), and
-/// faster only at 12 MP, for fp16, bf16>fp32, bf16>fp64 and fp32>fp64 (by 2-7 %).
+/// they need. Four blocks (64 registers, 76-304 bytes spilled) were faster only at 12 MP for
+/// fp16, bf16>fp32, bf16>fp64 and fp32>fp64 (by 2-7 %; H200, K = 32), and slower at 0.6, 2, 4,
+/// 6, 8, 10, 11, 14, 16 and 24 MP (fp16 by 5-11 %, the mixed passes by 1-27 %; three mixed
+/// cases were 2-4 % faster instead), see the README's benchmarks.
 template <class LowT, class HighT, class WT>
 inline constexpr int kFastMinBlocks =
     std::is_same_v<WT, double>
