@@ -87,7 +87,8 @@ void runCommand(const std::string& command, const Options& o) {
 #if defined(KMSEG_HAVE_CUDA)
   registerCudaEngine();
 #endif
-  EngineChoice choice = makeEngine(o.backend, o.workflow.kmeans.threads);
+  EngineChoice choice =
+      makeEngine(o.backend, o.workflow.kmeans.threads, {o.workflow.kmeans.k, features.cols});
   if (!choice.note.empty() && !o.quiet) std::fprintf(stderr, "kmseg: %s\n", choice.note.c_str());
 
   // A live progress line on a terminal, at most ten updates a second; nothing when redirected.

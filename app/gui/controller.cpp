@@ -121,7 +121,8 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
     outcome->featureSeconds = secondsSince(t0);
     if (cancel->load()) throw Cancelled();
 
-    EngineChoice choice = makeEngine(params.backend, params.workflow.kmeans.threads);
+    EngineChoice choice = makeEngine(params.backend, params.workflow.kmeans.threads,
+                                     {params.workflow.kmeans.k, features.cols});
     outcome->backendNote = choice.note;
     const int maxIterations = params.workflow.kmeans.maxIterations;
     WorkflowProgress progress = [&](int run, int runCount, Mode mode, const IterationStats& s) {

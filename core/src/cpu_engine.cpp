@@ -688,9 +688,15 @@ std::mutex& registryMutex() {
   static std::mutex m;
   return m;
 }
-GpuEngineFactory& gpuFactory() {
-  static GpuEngineFactory f = nullptr;
-  return f;
+// The registered GPU engine and the largest K and D it takes.
+struct GpuRegistration {
+  GpuEngineFactory factory = nullptr;
+  int maxClusters = 0;
+  std::size_t maxFeatures = 0;
+};
+GpuRegistration& gpuRegistration() {
+  static GpuRegistration r;
+  return r;
 }
 
 }  // namespace
@@ -705,9 +711,9 @@ std::unique_ptr<KMeansEngine> makeCpuEngine(int threads) {
   return std::make_unique<CpuEngine>(threads);
 }
 
-void registerGpuEngineFactory(GpuEngineFactory factory) {
+void registerGpuEngineFactory(GpuEngineFactory factory, int maxClusters, std::size_t maxFeatures) {
   std::lock_guard lock(registryMutex());
-  gpuFactory() = factory;
+  gpuRegistration() = {factory, maxClusters, maxFeatures};
 }
 
 std::string_view backendName(Backend b) {
@@ -729,18 +735,24 @@ Backend parseBackend(std::string_view name) {
   throw InvalidArgument("unknown backend '" + std::string(name) + "'; valid: auto, cpu, cuda");
 }
 
-EngineChoice makeEngine(Backend backend, int threads) {
+EngineChoice makeEngine(Backend backend, int threads, const EngineNeeds& needs) {
   EngineChoice choice;
   if (backend != Backend::Cpu) {
-    GpuEngineFactory factory;
+    GpuRegistration gpuReg;
     {
       std::lock_guard lock(registryMutex());
-      factory = gpuFactory();
+      gpuReg = gpuRegistration();
     }
     std::string why;
-    if (!factory) {
+    if (!gpuReg.factory) {
       why = "this build has no CUDA engine";
-    } else if (auto gpu = factory(why)) {
+    } else if (backend == Backend::Auto && needs.clusters > gpuReg.maxClusters) {
+      why = "K = " + std::to_string(needs.clusters) + " is above the CUDA engine's maximum of " +
+            std::to_string(gpuReg.maxClusters);
+    } else if (backend == Backend::Auto && needs.features > gpuReg.maxFeatures) {
+      why = "D = " + std::to_string(needs.features) + " features is above the CUDA engine's " +
+            "maximum of " + std::to_string(gpuReg.maxFeatures);
+    } else if (auto gpu = gpuReg.factory(why)) {
       choice.engine = std::move(gpu);
       choice.backend = Backend::Cuda;
       return choice;

@@ -114,7 +114,7 @@ std::vector<CudaDeviceInfo> cudaDevices(std::string* whyNot) {
 }
 
 void registerCudaEngine() {
-  registerGpuEngineFactory(&cudaFactory);
+  registerGpuEngineFactory(&cudaFactory, kCudaMaxClusters, std::size_t(kCudaMaxFeatures));
 }
 
 std::unique_ptr<KMeansEngine> makeCudaEngine() {

@@ -444,6 +444,34 @@ TEST(Init, TooFewDistinctRowsIsAClearError) {
   EXPECT_THROW(chooseInitialCentres(data, 1001, Init::RandomPoints, 1), InvalidArgument);
 }
 
+// A GPU engine that takes at most K = 4 and D = 3. Stand-in: the CPU engine, since the test must
+// run where no GPU exists; only makeEngine's choice is under test.
+std::unique_ptr<KMeansEngine> standInGpu(std::string&) {
+  return makeCpuEngine(1);
+}
+
+// Auto gives the GPU engine only a run it can take; an explicit cuda backend is left to the
+// engine's own error (before any kernel).
+TEST(Engine, AutoChoosesTheCpuForKOrDBeyondTheGpuEnginesLimits) {
+  registerGpuEngineFactory(&standInGpu, 4, 3);
+  const EngineChoice fits = makeEngine(Backend::Auto, 1, {4, 3});
+  const EngineChoice manyK = makeEngine(Backend::Auto, 1, {5, 3});
+  const EngineChoice manyD = makeEngine(Backend::Auto, 1, {4, 4});
+  const EngineChoice unknown = makeEngine(Backend::Auto, 1);
+  const EngineChoice explicitCuda = makeEngine(Backend::Cuda, 1, {5, 3});
+  registerGpuEngineFactory(nullptr, 0, 0);
+  EXPECT_EQ(fits.backend, Backend::Cuda);
+  EXPECT_TRUE(fits.note.empty()) << fits.note;
+  EXPECT_EQ(manyK.backend, Backend::Cpu);
+  EXPECT_EQ(manyK.note, "using the CPU: K = 5 is above the CUDA engine's maximum of 4");
+  EXPECT_EQ(manyD.backend, Backend::Cpu);
+  EXPECT_EQ(manyD.note, "using the CPU: D = 4 features is above the CUDA engine's maximum of 3");
+  EXPECT_EQ(unknown.backend, Backend::Cuda);
+  EXPECT_EQ(explicitCuda.backend, Backend::Cuda);
+  EXPECT_EQ(makeEngine(Backend::Auto, 1, {5, 3}).note,
+            "using the CPU: this build has no CUDA engine");
+}
+
 TEST(Engine, FactoryFallsBackToTheCpuWithAReason) {
   auto choice = makeEngine(Backend::Auto, 2);
   ASSERT_NE(choice.engine, nullptr);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,18 +43,27 @@ struct EngineChoice {
   std::string note;                      ///< e.g. "no CUDA device: cudaGetDeviceCount returned 100"
 };
 
-/// Returns the CUDA engine for Auto when one is registered and a device answers, the CPU engine
-/// otherwise, with the reason recorded in `note`. For Backend::Cuda without a usable device it
-/// throws BackendError with that reason. `threads` is the CPU thread count (0 = all).
-EngineChoice makeEngine(Backend backend, int threads = 0);
+/// What a run asks of its engine, for makeEngine's choice (0: not known).
+struct EngineNeeds {
+  int clusters = 0;          ///< K
+  std::size_t features = 0;  ///< D
+};
+
+/// Returns the CUDA engine for Auto when one is registered, takes `needs` (K and D within its
+/// limits) and a device answers, the CPU engine otherwise, with the reason recorded in `note`.
+/// For Backend::Cuda without a usable device it throws BackendError with that reason (K or D
+/// beyond its limits are then the engine's error, before any kernel). `threads` is the CPU thread
+/// count (0 = all).
+EngineChoice makeEngine(Backend backend, int threads = 0, const EngineNeeds& needs = {});
 
 /// The CPU engine. `threads` = 0 uses every hardware thread.
 std::unique_ptr<KMeansEngine> makeCpuEngine(int threads = 0);
 
 /// Factory of a GPU engine: returns the engine, or null and sets `whyNot`.
 using GpuEngineFactory = std::unique_ptr<KMeansEngine> (*)(std::string& whyNot);
-/// Registers the CUDA engine (called once by kmseg_cuda's registerCudaEngine()).
-void registerGpuEngineFactory(GpuEngineFactory factory);
+/// Registers the CUDA engine and the largest K and D it takes (called by kmseg_cuda's
+/// registerCudaEngine()); a null factory removes it.
+void registerGpuEngineFactory(GpuEngineFactory factory, int maxClusters, std::size_t maxFeatures);
 
 /// Number of threads the CPU engine uses for a request of `threads` (0 = hardware threads).
 int resolveThreadCount(int threads);
