@@ -233,8 +233,10 @@ ImageViews::ImageViews(QWidget* parent) : QWidget(parent) {
     layout->setSpacing(1);
     auto* title = new QLabel(titles[i], box);
     title->setContentsMargins(4, 0, 4, 0);
-    // A long title (the mode's) must not widen its column: the views share the width equally.
-    title->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    // A long title (the mode's) may be cut rather than widen its column: the views share the
+    // width equally (the grid's stretch), while the titles' widths still count in the views'
+    // preferred width, which the window's layout gives them.
+    title->setMinimumWidth(1);
     auto* v = new ImageView(box);
     v->setObjectName(QStringLiteral("view%1").arg(i));
     layout->addWidget(title);
