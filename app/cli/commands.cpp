@@ -64,18 +64,24 @@ void runCommand(const std::string& command, const Options& o) {
   const std::string stem = o.image.stem().string();
   const auto json = o.outputDir / (stem + "." + command + ".json");
   const auto csv = o.outputDir / (stem + "." + command + ".csv");
-  auto mapBase = [&](const std::string& tag) { return o.outputDir / (stem + "." + tag); };
-  std::vector<std::filesystem::path> outputs;
+  // A run's maps: label map, colour map and (for a mode, not the reference) disagreement mask.
+  struct MapFiles {
+    std::filesystem::path labels, color, mask;
+  };
+  auto mapFiles = [&](const std::string& tag) {
+    const std::string base = (o.outputDir / (stem + "." + tag)).string();
+    return MapFiles{base + ".labels.png", base + ".color.png", base + ".mask.png"};
+  };
   if (o.saveMaps) {
-    for (const char* kind : {".labels.png", ".color.png"})
-      outputs.push_back(mapBase("reference").string() + kind);
-    for (Mode mode : o.modes)
-      for (const char* kind : {".labels.png", ".color.png", ".mask.png"})
-        outputs.push_back(mapBase(fileTag(mode)).string() + kind);
+    const MapFiles reference = mapFiles("reference");
+    for (const auto& path : {reference.labels, reference.color}) checkOutputFile(path);
+    for (Mode mode : o.modes) {
+      const MapFiles f = mapFiles(fileTag(mode));
+      for (const auto& path : {f.labels, f.color, f.mask}) checkOutputFile(path);
+    }
   }
-  outputs.push_back(json);
-  outputs.push_back(csv);
-  for (const auto& path : outputs) checkOutputFile(path);
+  checkOutputFile(json);
+  checkOutputFile(csv);
 
   auto t0 = std::chrono::steady_clock::now();
   const Image image = loadImage(o.image, o.load);
@@ -120,14 +126,14 @@ void runCommand(const std::string& command, const Options& o) {
   const auto palette = makePalette(std::min(k, 65536), o.palette);
   std::vector<std::filesystem::path> written;
   auto saveMaps = [&](const std::string& tag, const KMeansResult& r, const Comparison* c) {
-    const auto base = mapBase(tag);
-    writeLabelPng(base.string() + ".labels.png", r.labels, image.width, image.height, k, palette);
-    writeColorPng(base.string() + ".color.png", r.labels, image.width, image.height, palette);
-    written.push_back(base.string() + ".labels.png");
-    written.push_back(base.string() + ".color.png");
+    const MapFiles f = mapFiles(tag);
+    writeLabelPng(f.labels, r.labels, image.width, image.height, k, palette);
+    writeColorPng(f.color, r.labels, image.width, image.height, palette);
+    written.push_back(f.labels);
+    written.push_back(f.color);
     if (c) {
-      writeMaskPng(base.string() + ".mask.png", c->mask, image.width, image.height);
-      written.push_back(base.string() + ".mask.png");
+      writeMaskPng(f.mask, c->mask, image.width, image.height);
+      written.push_back(f.mask);
     }
   };
   if (o.saveMaps) {

@@ -5,7 +5,6 @@
 #include <CLI/CLI.hpp>
 
 #include <charconv>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -125,15 +124,7 @@ void finish(Options& o, const RawOptions& raw, bool compare) {
   o.quiet = raw.quiet;
   // Ranges that do not depend on the image (K > pixels is checked once the image is known).
   kmseg::validateWorkflow(o.workflow, std::size_t(-1));
-  const double w = o.features.spatialWeight;
-  if (!(w >= 0.0 && w <= kmseg::kMaxSpatialWeight)) {
-    char text[160];
-    std::snprintf(text, sizeof text,
-                  "--spatial-weight %g is invalid: it must be a finite number in [0, %g] (larger "
-                  "weights overflow fp16 distances)",
-                  w, kmseg::kMaxSpatialWeight);
-    throw kmseg::InvalidArgument(text);
-  }
+  kmseg::checkSpatialWeight(o.features.spatialWeight, "--spatial-weight");
   if (o.load.maxPixels == 0) throw kmseg::InvalidArgument("--max-pixels must be >= 1");
   if (o.outputDir.empty())
     throw kmseg::InvalidArgument(

@@ -53,11 +53,10 @@ LaunchOptions parseLaunchOptions(const QStringList& arguments) {
   if (parser.isSet(QStringLiteral("size"))) {
     const auto m = QRegularExpression(QStringLiteral("^(\\d{2,5})x(\\d{2,5})$"))
                        .match(parser.value(QStringLiteral("size")));
-    const QSize size = m.hasMatch() ? QSize(m.captured(1).toInt(), m.captured(2).toInt()) : QSize();
+    const QSize size(m.captured(1).toInt(), m.captured(2).toInt());  // (0, 0) without a match
     if (!m.hasMatch())
       o.error = QStringLiteral("--size must be WIDTHxHEIGHT, e.g. 1280x800");
-    else if (size.width() < kMinWindowSize.width() || size.height() < kMinWindowSize.height() ||
-             size.width() > kMaxWindowSize.width() || size.height() > kMaxWindowSize.height())
+    else if (size != size.expandedTo(kMinWindowSize).boundedTo(kMaxWindowSize))
       o.error = QStringLiteral("--size %1x%2 is outside %3x%4 ... %5x%6")
                     .arg(size.width())
                     .arg(size.height())
@@ -86,16 +85,16 @@ bool displayAvailable() {
 
 int runHeadlessCompare(const QString& image) {
   const QString path = image.isEmpty() ? QString::fromLatin1(kDefaultSample) : image;
-  std::printf("kmseg-gui: no display; running 'kmseg compare' on %s instead\n",
-              path.toLocal8Bit().constData());
-  std::fflush(stdout);
   if (image.isEmpty() && !QFile::exists(path)) {
     std::fprintf(stderr,
-                 "kmseg-gui: no IMAGE given, and the default sample '%s' is not under the current "
-                 "directory (it is the repository's samples/ folder); pass an IMAGE\n",
+                 "kmseg-gui: no display, no IMAGE given, and the default sample '%s' is not under "
+                 "the current directory (it is the repository's samples/ folder); pass an IMAGE\n",
                  kDefaultSample);
     return 1;
   }
+  std::printf("kmseg-gui: no display; running 'kmseg compare' on %s instead\n",
+              path.toLocal8Bit().constData());
+  std::fflush(stdout);
   cli::Options o;
   o.image = QFile::encodeName(path).toStdString();
   o.outputDir = "kmseg-out";

@@ -314,14 +314,18 @@ void normalizeColumns(Matrix& m, Normalization n) {
   }
 }
 
+void checkSpatialWeight(double weight, std::string_view what) {
+  if (!(weight >= 0.0 && weight <= kMaxSpatialWeight))  // false for NaN too
+    throw InvalidArgument(
+        std::string(what) + " " + formatDouble(weight) + " is outside [0, " +
+        formatDouble(kMaxSpatialWeight) + "]: it must be finite and >= 0, at most " +
+        formatDouble(kMaxSpatialWeight) + " (larger weights overflow fp16 distances)");
+}
+
 Matrix makeFeatures(const Image& image, const FeatureOptions& options) {
   requireImage(image);
   const double weight = options.spatialWeight;
-  if (!std::isfinite(weight) || weight < 0.0 || weight > kMaxSpatialWeight)
-    throw InvalidArgument("spatial weight " + formatDouble(weight) +
-                          " is out of range; it must be finite and >= 0, at most " +
-                          formatDouble(kMaxSpatialWeight) +
-                          " (larger weights overflow fp16 distances)");
+  checkSpatialWeight(weight, "spatial weight");
   const bool is16 = image.bitDepth == 16;
 
   if (options.colorSpace == ColorSpace::Rgb && options.normalization == Normalization::MinMax)

@@ -2672,14 +2672,15 @@ class Run final : public LloydRun {
       blocks =
           std::max(blocks, ((n + runChunk - 1) / runChunk + resident - 1) / resident * resident);
     }
-    const char* forced = std::getenv("KMSEG_CUDA_BLOCKS");  // tuning only
-    if (forced && std::atoll(forced) > 0) blocks = std::atoll(forced);
+    const char* env = std::getenv("KMSEG_CUDA_BLOCKS");  // tuning only
+    const long long forced = env ? std::atoll(env) : 0;
+    if (forced > 0) blocks = forced;
     // At least one full round (a tile per warp) per block: below that, a block's fixed costs
     // (zeroing and folding its accumulators) outweigh its share of the work (H200, 0.26 MP,
     // K = 32: 34.6 us per iteration with 512 blocks of half a round, 28.9 with 264).
     blocks = std::min(blocks, std::max(1ll, (tiles + kWarps - 1) / kWarps));
     // Unless forced, off counts whose blocks keep to a few image columns (spreadBlocks).
-    if (!(forced && std::atoll(forced) > 0)) blocks = spreadBlocks(blocks, tiles, cols, kWarps);
+    if (forced <= 0) blocks = spreadBlocks(blocks, tiles, cols, kWarps);
     tileW_ = int(width);
     tileRows_ = int(rows);
     tileCols_ = int(cols);

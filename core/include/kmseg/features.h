@@ -59,6 +59,10 @@ struct FeatureOptions {
   double spatialWeight = 1.0;
 };
 
+/// Throws InvalidArgument naming `what` (e.g. "spatial weight", or the option that set it) and
+/// the range when `weight` is not a finite number in [0, kMaxSpatialWeight].
+void checkSpatialWeight(double weight, std::string_view what);
+
 /// Builds one row (c0, c1, c2, x, y) per pixel, row-major pixel order (index = y * width + x),
 /// then normalises each column and weights x and y. Before normalisation, c0..c2 are the R, G, B
 /// sample values (0..255 or 0..65535) or, for Lab, OpenCV's COLOR_RGB2Lab of the float32 sample
@@ -66,7 +70,7 @@ struct FeatureOptions {
 /// upright image. After normalisation x and y are multiplied by the spatial weight (one
 /// rounding). The result equals building those raw columns, calling normalizeColumns and then
 /// weighting, bit for bit. Throws InvalidArgument for an empty image, a pixel buffer that does
-/// not hold width * height * 3 samples, or a negative / non-finite spatial weight.
+/// not hold width * height * 3 samples, or a spatial weight that checkSpatialWeight refuses.
 Matrix makeFeatures(const Image& image, const FeatureOptions& options = {});
 
 /// Normalises every column of a generic N x D matrix in place (see Normalization). Constant
