@@ -131,19 +131,19 @@ void finish(Options& o, const RawOptions& raw, bool compare) {
         "-o/--output-dir is empty: name a directory (. for the current one)");
 }
 
-// The usage error for a command line that names no known command: the first word typed, or
-// CLI11's message when there is none (an unknown option); either way the valid commands.
-std::string noCommand(int argc, char** argv, CLI::App& app, const CLI::ParseError& e) {
+// The usage error for a command line that names no known command: what its first argument is,
+// and the valid commands.
+std::string noCommand(int argc, char** argv, CLI::App& app) {
   std::string valid;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     valid += (valid.empty() ? "" : ", ") + sub->get_name();
-  std::string what = argc < 2 ? std::string("a command is required") : std::string(e.what());
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (!arg.empty() && arg[0] != '-') {
-      what = "unknown command '" + arg + "'";
-      break;
-    }
+  // The program itself takes only --help and --version, so the first argument is the one it
+  // does not know: an option, or a word that is no command.
+  std::string what = "a command is required";
+  if (argc >= 2) {
+    const std::string first = argv[1];
+    what = !first.empty() && first[0] == '-' ? "unknown option '" + first + "' before the command"
+                                             : "unknown command '" + first + "'";
   }
   return what + "; valid commands: " + valid + " (see 'kmseg --help')";
 }
@@ -200,9 +200,24 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 lists the extras last to first; name them in the order they were typed.
+    std::string extras;
+    for (const std::string& arg : app.remaining(true)) extras += (extras.empty() ? "" : " ") + arg;
+    // Extras of the command itself are named with it; those before it, with the program.
+    const bool ofCommand = app.remaining(false).empty() && !app.get_subcommands().empty();
+    const std::string where = ofCommand ? app.get_subcommands().front()->get_name() : "";
+    if (extras.empty())
+      std::fprintf(stderr, "kmseg: %s (see 'kmseg --help')\n", e.what());
+    else
+      std::fprintf(stderr, "kmseg: %s%sunexpected argument%s: %s (see 'kmseg %s%s--help')\n",
+                   where.c_str(), ofCommand ? ": " : "",
+                   extras.find(' ') == std::string::npos ? "" : "s", extras.c_str(), where.c_str(),
+                   ofCommand ? " " : "");
+    return 2;
   } catch (const CLI::ParseError& e) {
     if (app.get_subcommands().empty())
-      std::fprintf(stderr, "kmseg: %s\n", noCommand(argc, argv, app, e).c_str());
+      std::fprintf(stderr, "kmseg: %s\n", noCommand(argc, argv, app).c_str());
     else
       std::fprintf(stderr, "kmseg: %s (see 'kmseg --help')\n", e.what());
     return 2;

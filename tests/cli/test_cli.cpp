@@ -255,6 +255,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"threads", "segment samples/coffee.png --threads 100000", 2, "--threads", "1024"},
         BadCase{"command", "frobnicate", 2, "unknown command 'frobnicate'",
                 "segment, compare, bench"},
+        BadCase{"leadingoption", "--frobnicate", 2, "unknown option '--frobnicate'",
+                "segment, compare, bench"},
+        BadCase{"extras", "segment samples/coffee.png a b c", 2,
+                "segment: unexpected arguments: a b c", "kmseg segment --help"},
         BadCase{"comparemode", "compare samples/coffee.png -m fp32", 2, "compare takes --modes"}),
     [](const auto& info) { return info.param.name; });
 
