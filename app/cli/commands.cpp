@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "kmseg/error.h"
+#include "kmseg/pair_distance.h"
 #include "kmseg/report.h"
 
 #if defined(KMSEG_HAVE_CUDA)
@@ -45,6 +46,10 @@ void printTable(const WorkflowResult& w, const std::vector<Mode>& modes) {
   for (const auto& m : w.modes) capped = capped || m.result.stop == StopReason::MaxIterations;
   if (capped)
     std::printf("note: a run marked 'iteration cap' stopped at --max-iter without converging\n");
+  for (std::size_t i = 0; i < modes.size(); ++i)
+    if (const std::int64_t rows = w.modes[i].result.normOverflows; rows > 0)
+      std::printf("note: %s: %s\n", std::string(modeName(modes[i])).c_str(),
+                  normOverflowNote(modes[i], rows, w.modes[i].result.labels.size()).c_str());
 }
 
 }  // namespace

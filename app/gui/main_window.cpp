@@ -373,9 +373,15 @@ void MainWindow::onRunFinished() {
   selectRow(row);
   double total = outcome->workflow.reference.seconds;
   for (const auto& m : outcome->workflow.modes) total += m.result.seconds;
-  progressLabel_->setText(tr("Done: %1 run(s), %2 s of Lloyd iterations")
-                              .arg(outcome->rowCount())
-                              .arg(total, 0, 'f', 2));
+  int overflowed = 0;
+  for (const auto& m : outcome->workflow.modes) overflowed += m.result.normOverflows > 0 ? 1 : 0;
+  QString done = tr("Done: %1 run(s), %2 s of Lloyd iterations")
+                     .arg(outcome->rowCount())
+                     .arg(total, 0, 'f', 2);
+  if (overflowed > 0)
+    done += tr(" · %n mode(s) met pixels beyond their precision's range (see the marked rows)",
+               nullptr, overflowed);
+  progressLabel_->setText(done);
 }
 
 void MainWindow::onBusyChanged(bool busy) {

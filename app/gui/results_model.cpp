@@ -3,6 +3,9 @@
 
 #include <QBrush>
 #include <QColor>
+#include <QStringList>
+
+#include "kmseg/pair_distance.h"
 
 namespace kmseg::gui {
 
@@ -36,6 +39,7 @@ QVariant ResultsModel::data(const QModelIndex& index, int role) const {
   const Comparison* c = outcome_->comparison(row);
   const int maxIterations = outcome_->params.workflow.kmeans.maxIterations;
   const bool capped = r.stop == StopReason::MaxIterations;
+  const bool overflowed = r.normOverflows > 0;
 
   if (role == Qt::UserRole) {
     switch (index.column()) {
@@ -93,15 +97,20 @@ QVariant ResultsModel::data(const QModelIndex& index, int role) const {
                       index.column() == BackendColumn;
     return QVariant::fromValue(Qt::AlignVCenter | (text ? Qt::AlignLeft : Qt::AlignRight));
   }
-  if (role == Qt::BackgroundRole && capped) return QBrush(QColor(255, 214, 153));
-  if (role == Qt::ForegroundRole && capped) return QBrush(QColor(110, 50, 0));
+  if (role == Qt::BackgroundRole && (capped || overflowed)) return QBrush(QColor(255, 214, 153));
+  if (role == Qt::ForegroundRole && (capped || overflowed)) return QBrush(QColor(110, 50, 0));
   if (role == Qt::ToolTipRole) {
+    QStringList tips;
     if (capped)
-      return tr("%1 stopped at the iteration cap of %2 without converging: its labels were "
-                "still changing (%3 in the last iteration).")
-          .arg(outcome_->rowName(row))
-          .arg(maxIterations)
-          .arg(r.trace.empty() ? 0 : r.trace.back().changed);
+      tips << tr("%1 stopped at the iteration cap of %2 without converging: its labels were "
+                 "still changing (%3 in the last iteration).")
+                  .arg(outcome_->rowName(row))
+                  .arg(maxIterations)
+                  .arg(r.trace.empty() ? 0 : r.trace.back().changed);
+    if (overflowed)
+      tips << QString::fromStdString(normOverflowNote(r.mode, r.normOverflows, r.labels.size())) +
+                  QStringLiteral(".");
+    if (!tips.isEmpty()) return tips.join(QStringLiteral("\n"));
     if (row == 0) return tr("The fp64 reference every mode is compared with.");
   }
   return {};

@@ -20,6 +20,7 @@
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
 #include "kmseg/lloyd_rules.h"
+#include "kmseg/pair_distance.h"
 #include "parallel.h"
 #include "precision_types.h"
 
@@ -677,6 +678,7 @@ class CpuEngine final : public KMeansEngine {
 #undef KMSEG_CPU_CASE
     }
     r.backend = "CPU (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+    r.normOverflows = countNormOverflows(params.mode, w, data);
     return r;
   }
 

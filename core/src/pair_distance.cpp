@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "kmseg/pair_distance.h"
 
+#include <cmath>
+#include <cstdio>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -37,7 +40,55 @@ PairDistance evaluate(double rho, Mode mode, const double* x, const double* c, i
   }
 }
 
+template <class LowT, class WT>
+std::int64_t normOverflows(const Matrix& x, Precision low, double maxAbs) {
+  using M = Math<LowT>;
+  // Rounding the row (relative 2^-11 at most per value in fp16) and the norm's own roundings
+  // (gamma_D) move it by far less than a factor of 2: a row whose exact norm is below half the
+  // largest finite value cannot overflow, and only the others are evaluated in LowT.
+  const double safe = 0.5 * largestFinite(low);
+  const std::size_t d = x.cols;
+  if (maxAbs >= 0.0 && double(d) * maxAbs * maxAbs < safe) return 0;
+  std::vector<LowT> row(d);
+  std::int64_t count = 0;
+  for (std::size_t i = 0; i < x.rows; ++i) {
+    const double* v = x.values.data() + i * d;
+    double exact = 0.0;
+    for (std::size_t q = 0; q < d; ++q) exact += v[q] * v[q];
+    if (exact < safe) continue;
+    for (std::size_t q = 0; q < d; ++q) row[q] = M::from(double(WT(v[q])));
+    if (!std::isfinite(M::toDouble(squaredNorm<LowT>(row.data(), int(d))))) ++count;
+  }
+  return count;
+}
+
 }  // namespace
+
+std::int64_t countNormOverflows(Mode mode, Precision working, const Matrix& x, double maxAbs) {
+  const bool w64 = working == Precision::Fp64;
+  const Precision low = lowPrecision(mode);
+  switch (mode) {
+#define KMSEG_OVERFLOW_CASE(e, name, lowP, high)                           \
+  case Mode::e:                                                            \
+    return w64 ? normOverflows<TypeOf<lowP>::type, double>(x, low, maxAbs) \
+               : normOverflows<TypeOf<lowP>::type, float>(x, low, maxAbs);
+    KMSEG_FOR_EACH_MODE(KMSEG_OVERFLOW_CASE)
+#undef KMSEG_OVERFLOW_CASE
+  }
+  throw InvalidArgument("countNormOverflows: unknown mode");
+}
+
+std::string normOverflowNote(Mode mode, std::int64_t rows, std::size_t n) {
+  const std::string low(precisionName(lowPrecision(mode)));
+  char largest[32];
+  std::snprintf(largest, sizeof largest, "%.6g", largestFinite(lowPrecision(mode)));
+  return std::to_string(rows) + " of " + std::to_string(n) +
+         (rows == 1 ? " pixels has" : " pixels have") + " a squared norm beyond " + low +
+         "'s largest value (" + largest + "): their " + low + " distances are not finite, " +
+         (highPrecision(mode) == Precision::None
+              ? "so this mode cannot rank their centres (try min-max normalisation)"
+              : "so all of them fall back to " + std::string(precisionName(highPrecision(mode))));
+}
 
 PairDistance modeDistance(Mode mode, double rho, Precision working, const double* x,
                           const double* c, int d) {

@@ -103,6 +103,7 @@ json runJson(const ModeReport& run) {
           {"evaluations", r.evaluations},
           {"fallback_ratio", number(r.fallbackRatio())},
           {"empty_cluster_events", r.emptyClusterEvents},
+          {"norm_overflows", r.normOverflows},
           {"backend", r.backend},
           {"centroids", centroidsJson(r.centroids)},
           {"comparison", run.comparison ? comparisonJson(*run.comparison) : json(nullptr)},

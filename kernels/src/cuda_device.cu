@@ -12,6 +12,7 @@
 #include "kmseg/cuda_engine.h"
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
+#include "kmseg/pair_distance.h"
 #include "lloyd_run.h"
 
 namespace kmseg {
@@ -58,8 +59,10 @@ class CudaEngine final : public KMeansEngine {
     KMSEG_CUDA_CHECK(cudaSetDevice(info_.index));
     const cuda::RunInputs in{data, initialCentres, params,
                              resolveWorking(params.mode, params.working)};
-    KMeansResult r = makeRun(in)->run(control);
+    const std::unique_ptr<cuda::LloydRun> lloyd = makeRun(in);
+    KMeansResult r = lloyd->run(control);
     r.backend = description();
+    r.normOverflows = countNormOverflows(params.mode, in.working, data, lloyd->dataMaxAbs());
     return r;
   }
 

@@ -2228,6 +2228,7 @@ class Run final : public LloydRun {
       hw[i] = WT(x.values[i]);
       maxAbs = std::max(maxAbs, std::fabs(x.values[i]));
     }
+    dataMaxAbs_ = maxAbs;
     for (double v : in.initialCentres.values) maxAbs = std::max(maxAbs, std::fabs(v));
     if (d_ == kFastD && maxAbs <= kFastMaxAbs<LowT>) chooseFastShape(sms);
     if (fast_) {
@@ -2485,6 +2486,8 @@ class Run final : public LloydRun {
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
+
+  double dataMaxAbs() const override { return dataMaxAbs_; }
 
   RunTiming time(int repeats) override {
     RunTiming t;
@@ -2764,6 +2767,7 @@ class Run final : public LloydRun {
   const RunInputs& in_;
   std::size_t n_ = 0;
   int d_ = 0, k_ = 0, maxIt_ = 0, device_ = 0;
+  double dataMaxAbs_ = 0;  ///< largest magnitude in the data (countNormOverflows's hint)
   bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false, hostLoop_ = false;
   int perSm_ = 0;  // the fast pass's resident blocks per SM
   int fastSlotShift_ = 0;

@@ -41,6 +41,8 @@ class LloydRun {
   virtual KMeansResult run(const RunControl& control) = 0;
   /// Launches the whole graph `repeats` times after one warm-up, timing each launch.
   virtual RunTiming time(int repeats) = 0;
+  /// The largest magnitude in the data, found while preparing the run.
+  virtual double dataMaxAbs() const = 0;
 };
 
 /// Builds the run for modes whose low precision is `Family`; defined per family.

@@ -127,6 +127,29 @@ TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {
   EXPECT_FALSE(fs::exists(out / "grace_hopper.fp32.labels.png"));  // --no-maps
 }
 
+// One pixel unlike the 25 599 others: under z-score normalisation its colour columns reach
+// sqrt(25 599) = 160 each, a squared norm of 3 x 25 599 = 76 797, beyond fp16's 65504. The
+// table says which modes met it and what they did; the report counts it per run.
+TEST(Cli, CompareNotesPixelsBeyondAModesRange) {
+  const fs::path tmp = test::freshTempDir("cli-overflow");
+  std::vector<std::int32_t> labels(160 * 160, 0);
+  labels[160 * 80 + 80] = 1;
+  writeColorPng(tmp / "dot.png", labels, 160, 160, makePalette(2));
+  const CliRun r = kmseg("compare '" + (tmp / "dot.png").string() +
+                         "' -k 2 --normalization zscore --modes fp16,fp16-fp32,fp32 --backend cpu "
+                         "--no-maps -q -o '" +
+                         (tmp / "out").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: fp16: 1 of 25600 pixels has a squared norm beyond fp16's"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("note: fp16>fp32: 1 of 25600"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("note: fp32:"), std::string::npos) << r.out;
+  const std::string json = readAll(tmp / "out" / "dot.compare.json");
+  EXPECT_NE(json.find("\"norm_overflows\": 1"), std::string::npos);
+  EXPECT_NE(json.find("\"norm_overflows\": 0"), std::string::npos);  // the reference and fp32
+}
+
 struct BadCase {
   std::string name;
   std::string args;

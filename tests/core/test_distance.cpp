@@ -2,6 +2,7 @@
 // The reliability test and the fallback on the paper's far- and near-points settings (§6.1.1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -116,6 +117,40 @@ TEST(Reliability, FallsBackIsTheTestOfMixedDistance) {
 TEST(Reliability, UniformFp32IsAccurateOnFarPoints) {
   EXPECT_LT(measure(Mode::Fp32, Precision::Fp32, false, 16, 1000, 3).maxRelError, 1e-5);
   EXPECT_LT(measure(Mode::Fp64, Precision::Fp64, false, 16, 1000, 3).maxRelError, 1e-13);
+}
+
+// countNormOverflows computes the norm as the engines do. (180.24, 181.70) has an exact squared
+// norm of 65501.35, below fp16's largest value 65504; in fp16 the row is (180.25, 181.75) and
+// fma(181.75, 181.75, fl(180.25^2) = 32496) = 65529.06 rounds to infinity.
+TEST(NormOverflow, CountsRowsWhoseNormIsInfiniteInTheModesArithmetic) {
+  Matrix x(5, 2);
+  const double v[] = {180.24, 181.70, 255.0, 0.0, 300.0, 0.0, 0.5, 0.25, -400.0, 10.0};
+  std::copy(v, v + 10, x.values.begin());
+  // 255^2 = 65025 stays finite (65024 in fp16); 300^2 and 400^2 + 10^2 do not.
+  EXPECT_EQ(countNormOverflows(Mode::Fp16, Precision::Fp32, x), 3);
+  EXPECT_EQ(countNormOverflows(Mode::Fp16Fp32, Precision::Fp32, x), 3);
+  EXPECT_EQ(countNormOverflows(Mode::Fp16Fp64, Precision::Fp64, x), 3);
+  // With the largest magnitude given: read when it allows an overflow, not read when it cannot.
+  EXPECT_EQ(countNormOverflows(Mode::Fp16, Precision::Fp32, x, 400.0), 3);
+  EXPECT_EQ(countNormOverflows(Mode::Fp16, Precision::Fp32, x, 100.0), 0);  // 2 x 100^2 < 32752
+  for (Mode m : {Mode::Fp64, Mode::Fp32, Mode::Bf16, Mode::Bf16Fp32, Mode::Fp32Fp64})
+    EXPECT_EQ(countNormOverflows(m, Precision::Fp32, x), 0) << modeName(m);
+  // Beyond bf16's and fp32's range (about 3.4e38) only in a squared norm of 2e19.
+  Matrix big(1, 1);
+  big(0, 0) = 2e19;
+  EXPECT_EQ(countNormOverflows(Mode::Bf16, Precision::Fp64, big), 1);
+  EXPECT_EQ(countNormOverflows(Mode::Fp32, Precision::Fp64, big), 1);
+  EXPECT_EQ(countNormOverflows(Mode::Fp64, Precision::Fp64, big), 0);
+}
+
+TEST(NormOverflow, NoteSaysWhatTheModeDoesWithThem) {
+  const std::string uniform = normOverflowNote(Mode::Fp16, 20, 1000000);
+  EXPECT_NE(uniform.find("20 of 1000000 pixels"), std::string::npos) << uniform;
+  EXPECT_NE(uniform.find("fp16's largest value (65504)"), std::string::npos) << uniform;
+  EXPECT_NE(uniform.find("cannot rank their centres"), std::string::npos) << uniform;
+  const std::string mixed = normOverflowNote(Mode::Fp16Fp64, 1, 10);
+  EXPECT_NE(mixed.find("1 of 10 pixels has"), std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("fall back to fp64"), std::string::npos) << mixed;
 }
 
 }  // namespace

@@ -108,6 +108,26 @@ TEST(Lloyd, KnownAnswerOneDimension) {
   EXPECT_DOUBLE_EQ(r.sse, 4.0);
 }
 
+// A row beyond fp16's range: the run completes, reports the row, and the mixed mode's fallback
+// (every distance of that row falls back) still gives it the nearest centre.
+TEST(Lloyd, ReportsRowsWhoseNormOverflowsTheLowPrecision) {
+  Matrix data(6, 1);
+  const double v[] = {0, 1, 2, 300, 301, 302};
+  std::copy(v, v + 6, data.values.begin());
+  Matrix init(2, 1);
+  init(0, 0) = 0;
+  init(1, 0) = 300;
+  KMeansParams p;
+  p.k = 2;
+  for (Mode mode : {Mode::Fp16, Mode::Fp16Fp32, Mode::Fp32}) {
+    p.mode = mode;
+    const auto r = makeCpuEngine(1)->run(data, init, p);
+    EXPECT_EQ(r.normOverflows, mode == Mode::Fp32 ? 0 : 3) << modeName(mode);
+    if (mode != Mode::Fp16)
+      EXPECT_EQ(r.labels, (std::vector<std::int32_t>{0, 0, 0, 1, 1, 1})) << modeName(mode);
+  }
+}
+
 TEST(Lloyd, TiesGoToTheLowestIndex) {
   Matrix data(1, 1);
   data(0, 0) = 1.0;

@@ -548,6 +548,26 @@ TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
   }
 }
 
+// Rows beyond fp16's range (squared norm over 65504; the general pass, since they exceed the
+// fast pass's magnitude bound): the CUDA engine completes, reports the same count as the CPU
+// engine, and in the mixed mode gives the CPU's labels (up to the suite's near-tie allowance).
+TEST(CudaEngine, ReportsRowsBeyondTheLowPrecisionsRangeAsTheCpu) {
+  KMSEG_REQUIRE_GPU();
+  Matrix data = randomData(2000, 5, 31);
+  for (std::size_t i = 0; i < data.rows; i += 97) data(i, 1) = 300.0 + double(i % 7);
+  const Matrix init = gatherRows(data, {0, 1, 2, 3});  // row 0 is one of the far ones
+  auto cpu = makeCpuEngine(0);
+  auto gpu = makeCudaEngine();
+  for (Mode mode : {Mode::Fp16, Mode::Fp16Fp32, Mode::Bf16}) {
+    const KMeansParams p = paramsFor(mode, 4, 20);
+    const KMeansResult a = cpu->run(data, init, p);
+    const KMeansResult b = gpu->run(data, init, p);
+    EXPECT_EQ(a.normOverflows, mode == Mode::Bf16 ? 0 : 21) << modeName(mode);
+    EXPECT_EQ(b.normOverflows, a.normOverflows) << modeName(mode);
+    if (mode == Mode::Fp16Fp32) EXPECT_LE(mismatchFraction(a.labels, b.labels), 1e-3);
+  }
+}
+
 // KMSEG_CUDA_HOST_LOOP=1 (the loop for profilers and sanitizers) launches the same kernels from
 // the host: labels, centroids, trace and stop must be bit-identical to the graph loop's, with
 // and without re-seeding (the IF branch), with and without the SSE trace, in uniform and mixed

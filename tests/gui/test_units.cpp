@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 
+#include "controller.h"
 #include "gui_params.h"
 #include "image_convert.h"
 #include "image_views.h"
@@ -167,6 +169,35 @@ TEST(ResultsModel, StopTextSaysPlainlyWhenTheCapWasHit) {
   EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("iteration cap (300) — not converged"));
   r.stop = StopReason::Converged;
   EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("converged"));
+}
+
+// A mode that met pixels beyond its precision's range is marked and says so in its tooltip;
+// the reference and a mode without them are not.
+TEST(ResultsModel, MarksAModeWithPixelsBeyondItsRange) {
+  auto outcome = std::make_shared<RunOutcome>();
+  outcome->modes = {Mode::Fp16, Mode::Fp32};
+  outcome->workflow.reference.mode = Mode::Fp64;
+  outcome->workflow.reference.stop = StopReason::Converged;
+  for (Mode mode : outcome->modes) {
+    ModeOutcome o;
+    o.result.mode = mode;
+    o.result.stop = StopReason::Converged;
+    o.result.labels.assign(100, 0);
+    o.result.normOverflows = mode == Mode::Fp16 ? 7 : 0;
+    outcome->workflow.modes.push_back(o);
+  }
+  ResultsModel model;
+  model.setOutcome(outcome);
+  auto cell = [&](int row, int role) {
+    return model.data(model.index(row, ResultsModel::ModeColumn), role);
+  };
+  const QString tip = cell(1, Qt::ToolTipRole).toString();
+  EXPECT_TRUE(tip.contains(QStringLiteral("7 of 100 pixels have a squared norm beyond fp16's")))
+      << tip.toStdString();
+  EXPECT_TRUE(cell(1, Qt::BackgroundRole).isValid());
+  EXPECT_FALSE(cell(2, Qt::BackgroundRole).isValid());
+  EXPECT_FALSE(cell(2, Qt::ToolTipRole).toString().contains(QStringLiteral("norm")));
+  EXPECT_FALSE(cell(0, Qt::BackgroundRole).isValid());
 }
 
 TEST(LaunchOptions, ParsesImageScreenshotAndSize) {

@@ -106,6 +106,9 @@ struct KMeansResult {
   std::int64_t fallbacks = 0;
   std::int64_t evaluations = 0;
   std::int64_t emptyClusterEvents = 0;
+  /// Rows whose squared norm overflows the mode's assignment precision (countNormOverflows in
+  /// pair_distance.h): their expanded distances are not finite.
+  std::int64_t normOverflows = 0;
   std::vector<IterationStats> trace;
   double seconds = 0.0;         ///< wall time of the Lloyd loop
   double deviceSeconds = -1.0;  ///< device time when the engine measures it, else -1

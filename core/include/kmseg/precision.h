@@ -32,6 +32,23 @@ KMSEG_HOST_DEVICE constexpr double unitRoundoff(Precision p) {
   }
 }
 
+/// Largest finite value of a format: fp64 (2 - 2^-52) 2^1023, fp32 (2 - 2^-23) 2^127,
+/// fp16 65504, bf16 (2 - 2^-7) 2^127.
+KMSEG_HOST_DEVICE constexpr double largestFinite(Precision p) {
+  switch (p) {
+    case Precision::Fp64:
+      return 0x1.fffffffffffffp1023;
+    case Precision::Fp32:
+      return 0x1.fffffep127;
+    case Precision::Fp16:
+      return 65504.0;
+    case Precision::Bf16:
+      return 0x1.fep127;
+    default:
+      return 0.0;
+  }
+}
+
 /// gamma_n = n u / (1 - n u) (Higham's constant). Requires n u < 1.
 KMSEG_HOST_DEVICE constexpr double gammaN(int n, double u) {
   return n * u / (1.0 - n * u);
