@@ -313,6 +313,112 @@ std::string gifTruncation(const Bytes& d) {
   }
 }
 
+// A PSD as stb_image reads it: the 26-byte header, three sections each led by its 4-byte length
+// (colour mode data, image resources, layers and masks), the 2-byte compression, then the
+// first min(channels, 4) channel planes: raw, width * height samples of depth / 8 bytes each;
+// or run-length, after a table of 2 bytes per row and channel, PackBits packets until each plane
+// has width * height bytes. stb_image reads zeros past the end, so a cut file decodes to a
+// partly black image.
+std::string psdTruncation(const Bytes& d, const ImageInfo& info) {
+  const std::uint64_t n = d.size();
+  if (n < 26) return "its PSD header needs 26 bytes";
+  const std::uint64_t channels = std::uint64_t(d[12]) << 8 | d[13];
+  const std::uint64_t depth = std::uint64_t(d[22]) << 8 | d[23];
+  const std::uint64_t pixels = std::uint64_t(info.width) * std::uint64_t(info.height);
+  const std::uint64_t planes = std::min<std::uint64_t>(channels, 4);
+  std::uint64_t pos = 26;
+  for (int section = 0; section < 3; ++section) {
+    if (pos + 4 > n) return "its PSD sections end before the image data";
+    pos += 4 + std::uint64_t(be32(d, pos));
+  }
+  if (pos + 2 > n) return "its PSD sections end before the image data";
+  const unsigned compression = unsigned(d[pos]) << 8 | d[pos + 1];
+  pos += 2;
+  if (compression > 1) return {};  // the decoder's to report
+  if (compression == 0) {
+    const std::uint64_t need = pos + planes * pixels * (depth / 8);
+    if (n >= need) return {};
+    return "its PSD header declares " + pixelSize(info) + " in " + std::to_string(planes) +
+           " raw channels of " + std::to_string(depth) + " bits from byte " + std::to_string(pos) +
+           needs(need);
+  }
+  pos += std::uint64_t(info.height) * channels * 2;
+  for (std::uint64_t plane = 0; plane < planes; ++plane) {
+    std::uint64_t done = 0;
+    while (done < pixels) {
+      if (pos >= n)
+        return "its PSD run-length data ends in channel " + std::to_string(plane + 1) + " of " +
+               std::to_string(planes) + ", after " + std::to_string(done) + " of " +
+               pixelSize(info);
+      const unsigned len = d[pos++];
+      if (len == 128) continue;
+      const std::uint64_t count = len < 128 ? len + 1 : 257 - len;
+      if (count > pixels - done) return {};  // corrupt: the decoder's to report
+      const std::uint64_t bytes = len < 128 ? count : 1;
+      if (pos + bytes > n)
+        return "its PSD run-length data ends in channel " + std::to_string(plane + 1) + " of " +
+               std::to_string(planes) + ", after " + std::to_string(done) + " of " +
+               pixelSize(info);
+      pos += bytes;
+      done += count;
+    }
+  }
+  return {};
+}
+
+// A Radiance HDR as stb_image reads it: text lines up to an empty one, the "-Y h +X w" line,
+// then the scanlines. Widths below 8 or from 32768 are flat, 4 bytes a pixel; others are
+// run-length scanlines (2, 2, width as 2 bytes, then each of the 4 components as packets) unless
+// a scanline does not start that way, when the decoder reads the whole image flat from there.
+// stb_image reads zeros past the end, and a zero-length packet does not advance its scanline:
+// a cut run-length file made it loop forever.
+std::string hdrTruncation(const Bytes& d, const ImageInfo& info) {
+  const std::uint64_t n = d.size();
+  std::uint64_t pos = 0;
+  const auto line = [&]() {  // the next line's length (without its '\n'); pos moves past it
+    const std::uint64_t start = pos;
+    while (pos < n && d[pos] != '\n') ++pos;
+    const std::uint64_t length = pos - start;
+    if (pos < n) ++pos;
+    return length;
+  };
+  line();  // the identifier
+  while (pos < n && line() != 0) {
+  }
+  line();  // -Y h +X w
+  if (pos >= n) return "its HDR data ends in the header";
+  const std::uint64_t width = std::uint64_t(info.width), height = std::uint64_t(info.height);
+  const auto flat = [&](std::uint64_t from) -> std::string {
+    const std::uint64_t need = from + width * height * 4;
+    if (n >= need) return {};
+    return "its HDR header declares " + pixelSize(info) + " of 4 bytes from byte " +
+           std::to_string(from) + needs(need);
+  };
+  if (width < 8 || width >= 32768) return flat(pos);
+  for (std::uint64_t row = 0; row < height; ++row) {
+    const std::string ends = "its HDR run-length data ends in scanline " + std::to_string(row + 1) +
+                             " of " + std::to_string(height);
+    if (pos + 4 > n) return ends;
+    if (d[pos] != 2 || d[pos + 1] != 2 || (d[pos + 2] & 0x80)) return flat(pos);
+    if ((std::uint64_t(d[pos + 2]) << 8 | d[pos + 3]) != width) return {};  // the decoder's
+    pos += 4;
+    for (int component = 0; component < 4; ++component) {
+      for (std::uint64_t done = 0; done < width;) {
+        if (pos >= n) return ends;
+        std::uint64_t count = d[pos++];
+        const bool run = count > 128;
+        if (run) count -= 128;
+        if (count > width - done) return {};  // corrupt: the decoder's to report
+        const std::uint64_t bytes = run ? 1 : count;
+        if (pos + bytes > n) return ends;
+        pos += bytes;
+        done += count;
+      }
+    }
+  }
+  return {};
+}
+
 // Why the file is truncated (the detail of "image file X is truncated: ..."), or empty when its
 // structure is complete or not checked here. stb_image reads past the end of its input as zero
 // bytes or leaves the rest of the pixel buffer unwritten, so a cut BMP, TGA or PNM decodes
@@ -331,6 +437,8 @@ std::string truncation(const Bytes& d, const ImageInfo& info) {
   if (info.format == "tga") return tgaTruncation(d, info);
   if (info.format == "pnm") return pnmTruncation(d, info);
   if (info.format == "gif") return gifTruncation(d);
+  if (info.format == "psd") return psdTruncation(d, info);
+  if (info.format == "hdr") return hdrTruncation(d, info);
   return {};
 }
 

@@ -147,6 +147,64 @@ std::vector<char> pnmBytes(int width, int height, int channels, int maxval) {
   return bytes;
 }
 
+// An 8-bit RGB PSD of the pattern: the 26-byte header, three empty sections, then the channel
+// planes raw or run-length (a table of 2 bytes per row and channel, then each row of each plane
+// as literal packets of at most 128 bytes).
+std::vector<char> psdBytes(int width, int height, bool rle) {
+  std::vector<char> bytes = {'8', 'B', 'P', 'S', 0, 1, 0, 0, 0, 0, 0, 0, 0, 3};
+  auto putBe = [&](std::uint32_t v, int count) {
+    for (int k = count - 1; k >= 0; --k) bytes.push_back(char((v >> (8 * k)) & 0xFF));
+  };
+  putBe(std::uint32_t(height), 4);
+  putBe(std::uint32_t(width), 4);
+  putBe(8, 2);  // bits per channel
+  putBe(3, 2);  // RGB
+  for (int section = 0; section < 3; ++section) putBe(0, 4);
+  putBe(rle ? 1 : 0, 2);
+  if (!rle) {
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < height; ++y)
+        for (int x = 0; x < width; ++x) bytes.push_back(char(patternSample(x, y, c)));
+    return bytes;
+  }
+  const int packets = (width + 127) / 128;
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < height; ++y) putBe(std::uint32_t(width + packets), 2);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < height; ++y)
+      for (int x = 0; x < width; x += 128) {
+        const int count = std::min(128, width - x);
+        bytes.push_back(char(count - 1));
+        for (int k = 0; k < count; ++k) bytes.push_back(char(patternSample(x + k, y, c)));
+      }
+  return bytes;
+}
+
+// A Radiance HDR whose pixels are RGBE (pattern, exponent 128): run-length scanlines (each
+// component as literal packets of at most 128 bytes) when `width` is 8 to 32767, else flat.
+std::vector<char> hdrBytes(int width, int height) {
+  const std::string header = "#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y " + std::to_string(height) +
+                             " +X " + std::to_string(width) + "\n";
+  std::vector<char> bytes(header.begin(), header.end());
+  auto component = [](int x, int y, int c) { return char(c < 3 ? patternSample(x, y, c) : 128); };
+  const bool rle = width >= 8 && width < 32768;
+  for (int y = 0; y < height; ++y) {
+    if (!rle) {
+      for (int x = 0; x < width; ++x)
+        for (int c = 0; c < 4; ++c) bytes.push_back(component(x, y, c));
+      continue;
+    }
+    for (int v : {2, 2, width >> 8, width & 0xFF}) bytes.push_back(char(v));
+    for (int c = 0; c < 4; ++c)
+      for (int x = 0; x < width; x += 128) {
+        const int count = std::min(128, width - x);
+        bytes.push_back(char(count));
+        for (int k = 0; k < count; ++k) bytes.push_back(component(x + k, y, c));
+      }
+  }
+  return bytes;
+}
+
 // A GIF89a with a 256-grey global palette, one image of the pattern's red channel, LZW-coded
 // with one literal code per pixel and a clear code every 128 pixels (so codes stay 9 bits).
 std::vector<char> gifBytes(int width, int height) {
@@ -574,6 +632,13 @@ TEST(ImageIo, LoadsBmpTgaPnmAndGifWithKnownPixels) {
   expectPattern(kmseg::loadImage(writeBytes(dir / "a.ppm", pnmBytes(w, h, 3, 255))), w, h);
   expectPattern(kmseg::loadImage(writeBytes(dir / "a.pgm", pnmBytes(w, h, 1, 255))), w, h, true);
   expectPattern(kmseg::loadImage(writeBytes(dir / "a.gif", gifBytes(w, h))), w, h, true);
+  expectPattern(kmseg::loadImage(writeBytes(dir / "a.psd", psdBytes(w, h, false))), w, h);
+  expectPattern(kmseg::loadImage(writeBytes(dir / "rle.psd", psdBytes(w, h, true))), w, h);
+  for (const int width : {w, 5}) {  // run-length and flat scanlines
+    const Image hdr = kmseg::loadImage(writeBytes(dir / "a.hdr", hdrBytes(width, h)));
+    EXPECT_EQ(hdr.width, width);
+    EXPECT_EQ(hdr.height, h);
+  }
 
   const Image pgm16 = kmseg::loadImage(writeBytes(dir / "a16.pgm", pnmBytes(w, h, 1, 65535)));
   ASSERT_EQ(pgm16.bitDepth, 16);
@@ -682,6 +747,38 @@ TEST(ImageIoError, TruncatedGif) {
   std::vector<char> noTrailer = bytes;
   noTrailer.pop_back();
   expectPattern(kmseg::loadImage(writeBytes(dir / "no-trailer.gif", noTrailer)), 60, 40, true);
+}
+
+TEST(ImageIoError, TruncatedPsd) {
+  const fs::path dir = freshTempDir("image-io-truncated-psd");
+  const std::vector<char> raw = psdBytes(60, 40, false);
+  ASSERT_EQ(raw.size(), 40u + 3u * 60u * 40u);
+  for (std::size_t keep : {raw.size() / 2, raw.size() - 1, std::size_t(40)}) {
+    const std::string message = truncationMessage(dir / "cut.psd", raw, keep);
+    EXPECT_NE(message.find("60 x 40 pixels in 3 raw channels"), std::string::npos) << message;
+    EXPECT_NE(message.find("7240 bytes"), std::string::npos) << message;
+  }
+  const std::vector<char> rle = psdBytes(60, 40, true);
+  for (std::size_t keep : {rle.size() / 2, rle.size() - 1}) {
+    const std::string message = truncationMessage(dir / "cut-rle.psd", rle, keep);
+    EXPECT_NE(message.find("run-length data ends in channel"), std::string::npos) << message;
+  }
+  EXPECT_NE(truncationMessage(dir / "header.psd", raw, 30).find("sections end"), std::string::npos);
+}
+
+// A cut run-length HDR made the decoder loop forever (it reads zeros past the end, and a
+// zero-length packet does not advance); now it is refused first.
+TEST(ImageIoError, TruncatedHdr) {
+  const fs::path dir = freshTempDir("image-io-truncated-hdr");
+  const std::vector<char> rle = hdrBytes(60, 40);
+  for (std::size_t keep : {rle.size() / 2, rle.size() - 1, std::size_t(50)}) {
+    const std::string message = truncationMessage(dir / "cut.hdr", rle, keep);
+    EXPECT_NE(message.find("HDR run-length data ends in scanline"), std::string::npos) << message;
+    EXPECT_NE(message.find(" of 40"), std::string::npos) << message;
+  }
+  const std::vector<char> flat = hdrBytes(5, 40);
+  const std::string message = truncationMessage(dir / "flat.hdr", flat, flat.size() - 1);
+  EXPECT_NE(message.find("5 x 40 pixels of 4 bytes"), std::string::npos) << message;
 }
 
 TEST(ImageIoError, HugePngGetsThePixelLimitMessage) {
