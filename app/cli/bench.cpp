@@ -78,7 +78,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
     modes.clear();
     for (const std::string& m : o.modes) modes.push_back(parseMode(m));
   }
-  for (int k : o.clusters) {
+  for (int k : benchClusters(o)) {
     const Matrix init =
         gatherRows(features, chooseInitialCentres(features, k, Init::RandomPoints, o.seed));
     for (Mode mode : modes) {
@@ -130,22 +130,42 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
 
 }  // namespace
 
+std::vector<int> benchClusters(const BenchOptions& o) {
+  if (!o.clusters.empty()) return o.clusters;
+  if (o.suite == "blobs") return {100};
+  return {8, 32};
+}
+
 void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
-  cmd.add_option(
-         "SUITE", o.suite,
-         "cpu: the CPU engine (fp64, fp32) against cv::kmeans; gpu: every mode on the CUDA engine")
+  cmd.add_option("SUITE", o.suite,
+                 "cpu: the CPU engine (fp64, fp32) against cv::kmeans; gpu: every mode on the CUDA "
+                 "engine; distances: each mode's distance errors and fallbacks on random and near "
+                 "points (paper 6.1); blobs: every mode on Gaussian blobs (paper 6.2.1)")
       ->capture_default_str();
   cmd.add_option("--image", o.image, "Photo to resize for the benchmark")->capture_default_str();
   cmd.add_option("--megapixels", o.megapixels, "Resize the photo to about this many megapixels")
       ->capture_default_str();
-  cmd.add_option("-k,--clusters", o.clusters, "Cluster counts to run")->delimiter(',');
+  cmd.add_option("-k,--clusters", o.clusters, "Cluster counts to run (default 8,32; blobs 100)")
+      ->delimiter(',');
   cmd.add_option("--threads", o.threads, "CPU threads for both (0 = all cores)")
       ->capture_default_str();
   cmd.add_option("--repeats", o.repeats, "Repetitions; the median time is reported")
       ->capture_default_str();
   cmd.add_option("--seed", o.seed, "Seed of the initial centres")->capture_default_str();
-  cmd.add_option("--modes", o.modes, "gpu suite: the modes to run, e.g. fp32,fp16>fp32 (all)")
+  cmd.add_option("--modes", o.modes,
+                 "gpu, distances, blobs: the modes to run, e.g. fp32,fp16>fp32 (all)")
       ->delimiter(',');
+  cmd.add_option("--dim", o.dim, "distances, blobs: features per row (default 128; blobs 10)");
+  cmd.add_option("--points", o.points,
+                 "distances: rows of P and of C (default 1000); blobs: samples (default 100000)");
+  cmd.add_option("--noise", o.noise, "distances: near points are C = P + noise N(0, I)")
+      ->capture_default_str();
+  cmd.add_option("--near-fraction", o.nearFraction,
+                 "distances: share of near points in the mixed set")
+      ->capture_default_str();
+  cmd.add_option("--rho", o.rho, "distances, blobs: safety factor of the reliability test (> 2)")
+      ->capture_default_str();
+  cmd.add_option("--backend", o.backend, "blobs: auto, cuda or cpu")->capture_default_str();
   cmd.add_option("--json", o.json,
                  "Write the results as JSON to this file (its directory is created if needed; "
                  "checked before the benchmark runs)");
@@ -156,15 +176,28 @@ void checkBenchOptions(const BenchOptions& o) {
 #if !defined(KMSEG_HAVE_CUDA)
     throw InvalidArgument("benchmark suite 'gpu' needs a build with the CUDA engine");
 #endif
-  } else if (o.suite != "cpu") {
-    throw InvalidArgument("unknown benchmark suite '" + o.suite + "'; valid: cpu, gpu");
+  } else if (o.suite != "cpu" && o.suite != "distances" && o.suite != "blobs") {
+    throw InvalidArgument("unknown benchmark suite '" + o.suite +
+                          "'; valid: cpu, gpu, distances, blobs");
   }
   if (!(o.megapixels > 0.0) || o.megapixels > 200.0)
     throw InvalidArgument("--megapixels must be in (0, 200]");
-  if (o.clusters.empty()) throw InvalidArgument("--clusters needs at least one K");
-  for (int k : o.clusters)
+  for (int k : benchClusters(o))
     if (k < 1 || k > 1024)
       throw InvalidArgument("--clusters: K = " + std::to_string(k) + " is outside [1, 1024]");
+  if (o.dim > kMaxBenchDim)
+    throw InvalidArgument("--dim " + std::to_string(o.dim) + " is outside [1, " +
+                          std::to_string(kMaxBenchDim) + "]");
+  if (o.points > kMaxBenchPoints)
+    throw InvalidArgument("--points " + std::to_string(o.points) + " is outside [1, " +
+                          std::to_string(kMaxBenchPoints) + "]");
+  if (!(o.noise >= 0.0) || !std::isfinite(o.noise))
+    throw InvalidArgument("--noise must be finite and >= 0");
+  if (!(o.nearFraction >= 0.0 && o.nearFraction <= 1.0))
+    throw InvalidArgument("--near-fraction must be in [0, 1]");
+  if (!(o.rho > 2.0) || !std::isfinite(o.rho))
+    throw InvalidArgument("--rho must be > 2 and finite");
+  (void)parseBackend(o.backend);
   if (o.repeats < 1) throw InvalidArgument("--repeats must be >= 1");
   for (const std::string& m : o.modes) (void)parseMode(m);
   if (o.threads < 0 || o.threads > kMaxThreads)
@@ -183,6 +216,14 @@ void runBench(const BenchOptions& o) {
     throw InvalidArgument("--image: the default photo '" + o.image.string() +
                           "' is not under the current directory (it is the repository's "
                           "samples/ folder); run from the repository's root or pass --image PATH");
+  if (o.suite == "distances") {
+    runDistanceBench(o);
+    return;
+  }
+  if (o.suite == "blobs") {
+    runBlobBench(o);
+    return;
+  }
   const int threads = resolveThreadCount(o.threads);
   const Image photo = resizeTo(loadImage(o.image), o.megapixels);
   const Matrix features = makeFeatures(photo);
@@ -215,7 +256,7 @@ void runBench(const BenchOptions& o) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  for (int k : o.clusters) {
+  for (int k : benchClusters(o)) {
     const auto idx = chooseInitialCentres(features, k, Init::RandomPoints, o.seed);
     const Matrix init = gatherRows(features, idx);
     // cv::kmeans from the same centres: initial labels = nearest initial centre; it then runs

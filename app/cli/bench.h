@@ -13,19 +13,37 @@ namespace kmseg::cli {
 struct BenchOptions {
   std::string suite = "cpu";  ///< "cpu": CPU engine against cv::kmeans
   std::filesystem::path image = "samples/european-honey-bee.jpg";
-  double megapixels = 12.0;  ///< the photo is resized to about this size
-  std::vector<int> clusters{8, 32};
+  double megapixels = 12.0;   ///< the photo is resized to about this size
+  std::vector<int> clusters;  ///< empty: the suite's default (8 and 32; blobs 100)
   int threads = 0;
   int repeats = 1;
   std::uint64_t seed = 1;
   std::vector<std::string> modes;  ///< gpu suite: the modes to run (empty: every mode)
   std::filesystem::path json;      ///< write the results here when set
+  // The paper's experiments (suites distances and blobs).
+  std::size_t dim = 0;           ///< features per row (0: 128 for distances, 10 for blobs)
+  std::size_t points = 0;        ///< rows of P and of C (0: 1000), or blob samples (0: 100000)
+  double noise = 1e-6;           ///< near points: C = P + noise N(0, I)
+  double nearFraction = 0.1;     ///< distances: share of near points in the mixed set
+  double rho = 5.0;              ///< reliability safety factor of the mixed modes
+  std::string backend = "auto";  ///< blobs: the engine
 };
+
+/// The cluster counts a suite runs: --clusters, or its default.
+std::vector<int> benchClusters(const BenchOptions& o);
+
+/// Largest --dim and --points of the paper's suites (the CUDA engine's D; 2^26 rows).
+inline constexpr std::size_t kMaxBenchDim = 128;
+inline constexpr std::size_t kMaxBenchPoints = std::size_t(1) << 26;
 
 void addBenchOptions(CLI::App& cmd, BenchOptions& o);
 /// Throws kmseg::InvalidArgument for out-of-range options.
 void checkBenchOptions(const BenchOptions& o);
 /// Runs the suite, prints a table and writes JSON when asked.
 void runBench(const BenchOptions& o);
+/// `kmseg bench distances` (bench_paper.cpp).
+void runDistanceBench(const BenchOptions& o);
+/// `kmseg bench blobs` (bench_paper.cpp).
+void runBlobBench(const BenchOptions& o);
 
 }  // namespace kmseg::cli

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "kmseg/engine.h"
+#include "kmseg/experiments.h"
 #include "kmseg/export.h"
 #include "kmseg/features.h"
 #include "kmseg/image_io.h"
@@ -183,7 +186,9 @@ TEST_P(CliBadInput, OneClearLineAndNoOutput) {
   for (std::string::size_type at; (at = args.find("$T")) != std::string::npos;)
     args.replace(at, 2, tmp.string());
   const fs::path out = tmp / "out";
-  if (args.find(" -o ") == std::string::npos) args += " -q -o '" + out.string() + "'";
+  // segment and compare write into a fresh directory, unless the case names its own.
+  const bool writes = args.rfind("segment", 0) == 0 || args.rfind("compare", 0) == 0;
+  if (writes && args.find(" -o ") == std::string::npos) args += " -q -o '" + out.string() + "'";
   const CliRun r = kmseg(args);
   EXPECT_EQ(r.code, c.code) << r.err;
   EXPECT_EQ(lines(r.err), 1u) << r.err;
@@ -224,6 +229,48 @@ TEST(Cli, BenchChecksItsJsonPathFirst) {
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("file.txt"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty()) << "ran before failing:\n" << r.out;
+}
+
+// The paper's experiments from the command line: the distance table (uniform fp16 loses the
+// near pairs, fp16>fp32 keeps them) and the blob comparison, each with its JSON.
+TEST(Cli, BenchDistancesReproducesTheNearPointsFinding) {
+  const fs::path tmp = test::freshTempDir("cli-bench-distances");
+  const CliRun r =
+      kmseg("bench distances --points 30 --dim 32 --modes fp16,fp16-fp32,bf16-fp64 --json '" +
+            (tmp / "d.json").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* word : {"random", "near", "mixed", "fp16 ", "fp16>fp32", "bf16>fp64"})
+    EXPECT_NE(r.out.find(word), std::string::npos) << word << "\n" << r.out;
+  const auto json = nlohmann::json::parse(readAll(tmp / "d.json"));
+  ASSERT_EQ(json["results"].size(), 3u);
+  EXPECT_EQ(json["results"][0]["mode"], "fp16");
+  EXPECT_EQ(json["results"][0]["near"]["pairs"], 900);
+  EXPECT_GE(json["results"][0]["near"]["max_rel_error_near"].get<double>(), 0.5);
+  EXPECT_LT(json["results"][1]["near"]["max_rel_error_near"].get<double>(), 1e-5);
+  EXPECT_GT(json["results"][1]["near"]["fallbacks"].get<int>(), 0);
+  EXPECT_EQ(json["results"][2]["random"]["fallback_ratio"].get<double>(), 1.0);  // as the paper
+}
+
+TEST(Cli, BenchBlobsComparesEveryModeWithTheReference) {
+  const fs::path tmp = test::freshTempDir("cli-bench-blobs");
+  const CliRun r =
+      kmseg("bench blobs --points 3000 --dim 4 -k 6 --modes fp32,fp16-fp32 --backend cpu --json '" +
+            (tmp / "b.json").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("speedup"), std::string::npos) << r.out;
+  const auto json = nlohmann::json::parse(readAll(tmp / "b.json"));
+  ASSERT_EQ(json["runs"].size(), 3u);  // the reference and two modes
+  EXPECT_EQ(json["runs"][0]["mode"], "reference");
+  EXPECT_EQ(json["runs"][0]["speedup_vs_fp64"], 1.0);
+  EXPECT_EQ(json["runs"][2]["mode"], "fp16>fp32");
+  EXPECT_GT(json["runs"][2]["fallback_ratio"].get<double>(), 0.0);
+  // The same blobs through the library: the reference's SSE and iterations.
+  WorkflowParams p;
+  p.kmeans.k = 6;
+  const auto w = runWorkflow(*makeCpuEngine(0), makeBlobs(3000, 4, 6, 1.0, 1), {Mode::Fp32}, p);
+  EXPECT_EQ(json["runs"][0]["iterations"], w.reference.iterations);
+  EXPECT_DOUBLE_EQ(json["runs"][0]["sse"].get<double>(), w.reference.sse);
+  EXPECT_DOUBLE_EQ(json["runs"][1]["ari"].get<double>(), w.modes[0].comparison.ari);
 }
 
 // The bench's default photo is a repository path: outside the repository's root the error says
@@ -282,6 +329,13 @@ INSTANTIATE_TEST_SUITE_P(
                 "segment, compare, bench"},
         BadCase{"extras", "segment samples/coffee.png a b c", 2,
                 "segment: unexpected arguments: a b c", "kmseg segment --help"},
+        BadCase{"suite", "bench frobnicate", 2, "unknown benchmark suite 'frobnicate'",
+                "cpu, gpu, distances, blobs"},
+        BadCase{"benchrho", "bench distances --rho 2", 2, "--rho must be > 2"},
+        BadCase{"nearfraction", "bench distances --near-fraction 1.5", 2, "--near-fraction",
+                "[0, 1]"},
+        BadCase{"benchdim", "bench blobs --dim 129", 2, "--dim 129", "[1, 128]"},
+        BadCase{"benchbackend", "bench blobs --backend gpu", 2, "unknown backend"},
         BadCase{"comparemode", "compare samples/coffee.png -m fp32", 2, "compare takes --modes"}),
     [](const auto& info) { return info.param.name; });
 
