@@ -3,6 +3,7 @@
 
 #include <QChart>
 #include <QChartView>
+#include <QFontMetricsF>
 #include <QGraphicsLayout>
 #include <QGraphicsSimpleTextItem>
 #include <QLineSeries>
@@ -75,6 +76,7 @@ ResultCharts::ResultCharts(QWidget* parent) : QTabWidget(parent) {
 void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) {
   for (const Label& label : labels_) delete label.item;
   labels_.clear();
+  diffAxis_ = nullptr;  // deleted below with the other axes
   for (QChart* chart : {timeDiff_, convergence_}) {
     chart->removeAllSeries();
     for (QAbstractAxis* axis : chart->axes()) {
@@ -122,15 +124,18 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
     axis->setBase(10.0);
     axis->setRange(bottom / 2.0, top);
     axis->setLabelFormat("%g");
-    axis->setTitleText(tr("Diff % (log; 0 at the bottom)"));
+    diffTitle_ = tr("Diff % (log; 0 at the bottom)");
+    diffTitleShort_ = tr("Diff % (log)");
     diffAxis = axis;
   } else {
     auto* axis = new QValueAxis;
     axis->setRange(0.0, 1.0);
     axis->setLabelFormat("%g");
-    axis->setTitleText(tr("Diff %"));
+    diffTitle_ = diffTitleShort_ = tr("Diff %");
     diffAxis = axis;
   }
+  diffAxis->setTitleText(diffTitle_);
+  diffAxis_ = diffAxis;
   timeDiff_->addAxis(timeAxis, Qt::AlignBottom);
   timeDiff_->addAxis(diffAxis, Qt::AlignLeft);
 
@@ -190,7 +195,7 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
     item->setBrush(QColor(40, 40, 40));
     item->setZValue(10.0);
     labels_.push_back({QPointF(points[right].time, plotted(points[right].diff)),
-                       timeDiff_->series().at(int(right)), item});
+                       timeDiff_->series().at(int(right)), item, text});
   }
   placeLabels();
 
@@ -234,13 +239,34 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
 
 void ResultCharts::placeLabels() {
   const QRectF plot = timeDiff_->plotArea();
+  // The long title of the Diff axis runs along the plot's height; below that it would be cut.
+  if (diffAxis_) {
+    const QFontMetricsF title(diffAxis_->titleFont());
+    const QString& want =
+        title.horizontalAdvance(diffTitle_) <= plot.height() ? diffTitle_ : diffTitleShort_;
+    if (diffAxis_->titleText() != want) diffAxis_->setTitleText(want);  // re-enters when resized
+  }
+  constexpr double kGap = 8.0;        // between a point and its label
+  constexpr double kMinWidth = 24.0;  // narrower than this a label says nothing: hidden
   for (const Label& label : labels_) {
     const QPointF at = timeDiff_->mapToPosition(label.value, label.series);
+    const QFontMetricsF metrics(label.item->font());
+    // Right of the point, or left of it where the plot ends; where neither side holds the whole
+    // label (a narrow plot), the wider side holds it elided.
+    const double right = plot.right() - (at.x() + kGap);
+    const double left = (at.x() - kGap) - plot.left();
+    const double width = metrics.horizontalAdvance(label.text);
+    QString text = label.text;
+    bool onRight = width <= right || (width > left && right >= left);
+    const double room = onRight ? right : left;
+    if (width > room) text = metrics.elidedText(label.text, Qt::ElideRight, room);
+    label.item->setText(text);
+    label.item->setVisible(room >= kMinWidth || width <= room);
     const QRectF box = label.item->boundingRect();
-    // Right of the point, or left of it where the plot ends; vertically centred on it.
-    double x = at.x() + 8.0;
-    if (x + box.width() > plot.right()) x = at.x() - 8.0 - box.width();
-    label.item->setPos(x, at.y() - box.height() / 2.0);
+    const double x = onRight ? at.x() + kGap : at.x() - kGap - box.width();
+    const double y = std::clamp(at.y() - box.height() / 2.0, plot.top(),
+                                std::max(plot.top(), plot.bottom() - box.height()));
+    label.item->setPos(x, y);
   }
 }
 

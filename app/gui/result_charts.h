@@ -10,6 +10,7 @@
 
 #include "controller.h"
 
+class QAbstractAxis;
 class QAbstractSeries;
 class QChart;
 class QChartView;
@@ -40,12 +41,18 @@ class ResultCharts : public QTabWidget {
     QPointF value;  ///< the point, in axis units
     QAbstractSeries* series = nullptr;
     QGraphicsSimpleTextItem* item = nullptr;
+    QString text;  ///< the whole label; the item shows it elided where the plot is too narrow
   };
+  /// Places the point labels and fits the Diff axis's title to the plot's height (called
+  /// whenever the plot area changes).
   void placeLabels();
 
   QChart* timeDiff_ = nullptr;
   QChart* convergence_ = nullptr;
   std::vector<Label> labels_;
+  QAbstractAxis* diffAxis_ = nullptr;  ///< the time/Diff chart's y axis
+  QString diffTitle_;                  ///< its title, and a short form for low plots
+  QString diffTitleShort_;
 };
 
 }  // namespace kmseg::gui

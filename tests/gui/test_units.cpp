@@ -3,10 +3,14 @@
 
 #include <QCoreApplication>
 #include <QFileInfo>
+#include <QGraphicsSimpleTextItem>
 #include <QSettings>
+#include <QtCharts/QAbstractAxis>
+#include <QtCharts/QChart>
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 
@@ -14,6 +18,7 @@
 #include "gui_params.h"
 #include "image_convert.h"
 #include "image_views.h"
+#include "result_charts.h"
 #include "results_model.h"
 #include "startup.h"
 #include "test_paths.h"
@@ -198,6 +203,56 @@ TEST(ResultsModel, MarksAModeWithPixelsBeyondItsRange) {
   EXPECT_FALSE(cell(2, Qt::BackgroundRole).isValid());
   EXPECT_FALSE(cell(2, Qt::ToolTipRole).toString().contains(QStringLiteral("norm")));
   EXPECT_FALSE(cell(0, Qt::BackgroundRole).isValid());
+}
+
+// Point labels of the time/Diff chart stay inside the plot at any size (whole when they fit,
+// elided on the roomier side, hidden when no side has room), and the Diff axis takes its short
+// title when the plot is too low for the long one.
+TEST(ResultCharts, LabelsAndAxisTitleFitTheChartsSize) {
+  auto outcome = std::make_shared<RunOutcome>();
+  outcome->modes.assign(kAllModes.begin(), kAllModes.end());
+  for (std::size_t m = 0; m < outcome->modes.size(); ++m) {
+    ModeOutcome o;
+    o.result.mode = outcome->modes[m];
+    o.result.seconds = 1.0 + double(m);
+    o.comparison.diffPercent = std::pow(10.0, double(m) - 4.0);  // 1e-4 % ... 1e4 %
+    outcome->workflow.modes.push_back(o);
+  }
+  ResultCharts charts;
+  charts.setOutcome(outcome);
+  QChart* chart = charts.timeDiffChart();
+  auto labelItems = [&] {
+    std::vector<QGraphicsSimpleTextItem*> items;
+    for (QGraphicsItem* child : chart->childItems())
+      if (auto* t = dynamic_cast<QGraphicsSimpleTextItem*>(child); t && t->zValue() == 10.0)
+        items.push_back(t);
+    return items;
+  };
+  auto diffTitle = [&] { return chart->axes(Qt::Vertical).front()->titleText(); };
+  charts.show();
+  for (const QSize size : {QSize(200, 200), QSize(900, 700)}) {
+    SCOPED_TRACE(size.width());
+    charts.resize(size);
+    QCoreApplication::processEvents();
+    const QRectF plot = chart->plotArea();
+    const auto items = labelItems();
+    ASSERT_EQ(items.size(), 9u);  // nine points far apart: one label each
+    int whole = 0;
+    for (QGraphicsSimpleTextItem* item : items) {
+      if (!item->isVisible()) continue;
+      const QRectF box = item->mapRectToParent(item->boundingRect());
+      EXPECT_GE(box.left(), plot.left() - 0.5) << item->text().toStdString();
+      EXPECT_LE(box.right(), plot.right() + 0.5) << item->text().toStdString();
+      whole += item->text().contains(QChar(0x2026)) ? 0 : 1;  // no ellipsis
+    }
+    if (size.width() == 900) {
+      EXPECT_EQ(whole, 9);
+      EXPECT_EQ(diffTitle(), QStringLiteral("Diff % (log; 0 at the bottom)"));
+    } else {
+      EXPECT_LT(whole, 9);
+      EXPECT_EQ(diffTitle(), QStringLiteral("Diff % (log)"));
+    }
+  }
 }
 
 TEST(LaunchOptions, ParsesImageScreenshotAndSize) {
