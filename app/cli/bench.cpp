@@ -188,9 +188,16 @@ void checkBenchOptions(const BenchOptions& o) {
   if (o.dim > kMaxBenchDim)
     throw InvalidArgument("--dim " + std::to_string(o.dim) + " is outside [1, " +
                           std::to_string(kMaxBenchDim) + "]");
-  if (o.points > kMaxBenchPoints)
+  if (o.suite == "distances" && o.points > kMaxDistancePoints)
     throw InvalidArgument("--points " + std::to_string(o.points) + " is outside [1, " +
-                          std::to_string(kMaxBenchPoints) + "]");
+                          std::to_string(kMaxDistancePoints) + "] for the distances suite");
+  if (o.suite == "blobs") {
+    const std::size_t n = o.points ? o.points : 100000, d = o.dim ? o.dim : 10;
+    if (n > kMaxBlobValues / d)
+      throw InvalidArgument("--points " + std::to_string(n) + " x --dim " + std::to_string(d) +
+                            " exceeds the blobs suite's " + std::to_string(kMaxBlobValues) +
+                            " feature values (2 GiB in fp64)");
+  }
   if (!(o.noise >= 0.0) || !std::isfinite(o.noise))
     throw InvalidArgument("--noise must be finite and >= 0");
   if (!(o.nearFraction >= 0.0 && o.nearFraction <= 1.0))
@@ -206,6 +213,15 @@ void checkBenchOptions(const BenchOptions& o) {
 }
 
 void runBench(const BenchOptions& o) {
+  // The paper's suites need no photo.
+  if (o.suite == "distances") {
+    runDistanceBench(o);
+    return;
+  }
+  if (o.suite == "blobs") {
+    runBlobBench(o);
+    return;
+  }
   // Fail on an unwritable --json path before the benchmark, as segment and compare do for -o.
   if (!o.json.empty()) {
     prepareOutputDirectory(o.json.parent_path());
@@ -216,14 +232,6 @@ void runBench(const BenchOptions& o) {
     throw InvalidArgument("--image: the default photo '" + o.image.string() +
                           "' is not under the current directory (it is the repository's "
                           "samples/ folder); run from the repository's root or pass --image PATH");
-  if (o.suite == "distances") {
-    runDistanceBench(o);
-    return;
-  }
-  if (o.suite == "blobs") {
-    runBlobBench(o);
-    return;
-  }
   const int threads = resolveThreadCount(o.threads);
   const Image photo = resizeTo(loadImage(o.image), o.megapixels);
   const Matrix features = makeFeatures(photo);

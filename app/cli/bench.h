@@ -32,9 +32,11 @@ struct BenchOptions {
 /// The cluster counts a suite runs: --clusters, or its default.
 std::vector<int> benchClusters(const BenchOptions& o);
 
-/// Largest --dim and --points of the paper's suites (the CUDA engine's D; 2^26 rows).
+/// Limits of the paper's suites: --dim up to the CUDA engine's D; distances --points up to
+/// 2^16 (2^32 pairs per set); blobs up to 2^28 feature values (2 GiB in fp64).
 inline constexpr std::size_t kMaxBenchDim = 128;
-inline constexpr std::size_t kMaxBenchPoints = std::size_t(1) << 26;
+inline constexpr std::size_t kMaxDistancePoints = std::size_t(1) << 16;
+inline constexpr std::size_t kMaxBlobValues = std::size_t(1) << 28;
 
 void addBenchOptions(CLI::App& cmd, BenchOptions& o);
 /// Throws kmseg::InvalidArgument for out-of-range options.

@@ -282,6 +282,9 @@ TEST(Cli, BenchOutsideTheRepositoryNamesItsDefaultPhoto) {
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("samples/european-honey-bee.jpg"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--image PATH"), std::string::npos) << r.err;
+  // The paper's suites need no photo and run anywhere.
+  const CliRun d = kmseg("bench distances --points 10 --dim 4 --modes fp32", tmp);
+  EXPECT_EQ(d.code, 0) << d.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -336,6 +339,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "[0, 1]"},
         BadCase{"benchdim", "bench blobs --dim 129", 2, "--dim 129", "[1, 128]"},
         BadCase{"benchbackend", "bench blobs --backend gpu", 2, "unknown backend"},
+        BadCase{"blobvalues", "bench blobs --points 100000000 --dim 128", 2,
+                "--points 100000000 x --dim 128", "268435456 feature values"},
+        BadCase{"distancepoints", "bench distances --points 70000", 2, "--points 70000",
+                "[1, 65536]"},
         BadCase{"comparemode", "compare samples/coffee.png -m fp32", 2, "compare takes --modes"}),
     [](const auto& info) { return info.param.name; });
 
