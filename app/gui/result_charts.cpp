@@ -3,13 +3,16 @@
 
 #include <QChart>
 #include <QChartView>
+#include <QCursor>
 #include <QFontMetricsF>
 #include <QGraphicsLayout>
 #include <QGraphicsSimpleTextItem>
 #include <QLineSeries>
 #include <QLogValueAxis>
 #include <QPen>
+#include <QResizeEvent>
 #include <QScatterSeries>
+#include <QToolTip>
 #include <QValueAxis>
 
 #include <algorithm>
@@ -228,6 +231,10 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
         maxChanged = std::max(maxChanged, double(st.changed));
       }
       maxIter = std::max(maxIter, r.iterations);
+      const QString name = outcome->rowName(row);
+      connect(s, &QLineSeries::hovered, this, [name](const QPointF&, bool state) {
+        if (state) QToolTip::showText(QCursor::pos(), name);
+      });
       convergence_->addSeries(s);
       s->attachAxis(iterAxis);
       s->attachAxis(changedAxis);
@@ -235,6 +242,11 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
   }
   iterAxis->setRange(0, maxIter);
   changedAxis->setRange(1.0, std::pow(10.0, std::ceil(std::log10(maxChanged))));
+}
+
+void ResultCharts::resizeEvent(QResizeEvent* event) {
+  QTabWidget::resizeEvent(event);
+  convergence_->legend()->setVisible(width() >= kLegendMinWidth);
 }
 
 void ResultCharts::placeLabels() {

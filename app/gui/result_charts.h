@@ -34,6 +34,13 @@ class ResultCharts : public QTabWidget {
   QChart* timeDiffChart() const { return timeDiff_; }
   QChart* convergenceChart() const { return convergence_; }
 
+  /// Below this width the convergence chart hides its legend (nine names would leave the curves
+  /// no room); hovering a curve names its run at any width.
+  static constexpr int kLegendMinWidth = 360;
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
  private:
   /// A point label of the time/Diff chart, drawn beside its point (not centred above it, as
   /// Qt Charts would, which clips labels at the plot's edges).

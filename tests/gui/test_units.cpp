@@ -206,8 +206,9 @@ TEST(ResultsModel, MarksAModeWithPixelsBeyondItsRange) {
 }
 
 // Point labels of the time/Diff chart stay inside the plot at any size (whole when they fit,
-// elided on the roomier side, hidden when no side has room), and the Diff axis takes its short
-// title when the plot is too low for the long one.
+// elided on the roomier side, hidden when no side has room), the Diff axis takes its short
+// title when the plot is too low for the long one, and the convergence chart drops its legend
+// when narrow.
 TEST(ResultCharts, LabelsAndAxisTitleFitTheChartsSize) {
   auto outcome = std::make_shared<RunOutcome>();
   outcome->modes.assign(kAllModes.begin(), kAllModes.end());
@@ -245,6 +246,9 @@ TEST(ResultCharts, LabelsAndAxisTitleFitTheChartsSize) {
       EXPECT_LE(box.right(), plot.right() + 0.5) << item->text().toStdString();
       whole += item->text().contains(QChar(0x2026)) ? 0 : 1;  // no ellipsis
     }
+    // The convergence chart's legend leaves a narrow chart to its curves.
+    EXPECT_EQ(charts.convergenceChart()->legend()->isVisible(),
+              size.width() >= ResultCharts::kLegendMinWidth);
     if (size.width() == 900) {
       EXPECT_EQ(whole, 9);
       EXPECT_EQ(diffTitle(), QStringLiteral("Diff % (log; 0 at the bottom)"));
