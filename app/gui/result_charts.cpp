@@ -56,6 +56,17 @@ QColor runColour(const RunOutcome& o, int row) {
   return Qt::black;
 }
 
+// Gives `axis` its long title when the title fits along `room` pixels, else the short one. A
+// new title changes the plot area, whose signal calls this again: it then changes nothing.
+void fitTitle(QAbstractAxis* axis, const QString& longTitle, const QString& shortTitle,
+              double room) {
+  if (!axis) return;
+  const QString& want = QFontMetricsF(axis->titleFont()).horizontalAdvance(longTitle) <= room
+                            ? longTitle
+                            : shortTitle;
+  if (axis->titleText() != want) axis->setTitleText(want);
+}
+
 // A round upper bound for an axis: 1, 2, 2.5 or 5 times a power of ten above `v`.
 double niceCeil(double v) {
   if (!(v > 0.0)) return 1.0;
@@ -73,13 +84,16 @@ ResultCharts::ResultCharts(QWidget* parent) : QTabWidget(parent) {
   addTab(makeView(timeDiff_, this), tr("Time vs Diff %"));
   addTab(makeView(convergence_, this), tr("Convergence"));
   connect(timeDiff_, &QChart::plotAreaChanged, this, &ResultCharts::placeLabels);
+  connect(convergence_, &QChart::plotAreaChanged, this, [this](const QRectF& plot) {
+    fitTitle(changedAxis_, tr("labels changed"), tr("changed"), plot.height());
+  });
   setOutcome(nullptr);
 }
 
 void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) {
   for (const Label& label : labels_) delete label.item;
   labels_.clear();
-  diffAxis_ = nullptr;  // deleted below with the other axes
+  diffAxis_ = changedAxis_ = nullptr;  // deleted below with the other axes
   for (QChart* chart : {timeDiff_, convergence_}) {
     chart->removeAllSeries();
     for (QAbstractAxis* axis : chart->axes()) {
@@ -213,6 +227,7 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
   changedAxis->setLabelFormat("%g");
   convergence_->addAxis(iterAxis, Qt::AlignBottom);
   convergence_->addAxis(changedAxis, Qt::AlignLeft);
+  changedAxis_ = changedAxis;
   convergence_->legend()->setAlignment(Qt::AlignRight);
   int maxIter = 1;
   double maxChanged = 10.0;
@@ -252,12 +267,7 @@ void ResultCharts::resizeEvent(QResizeEvent* event) {
 void ResultCharts::placeLabels() {
   const QRectF plot = timeDiff_->plotArea();
   // The long title of the Diff axis runs along the plot's height; below that it would be cut.
-  if (diffAxis_) {
-    const QFontMetricsF title(diffAxis_->titleFont());
-    const QString& want =
-        title.horizontalAdvance(diffTitle_) <= plot.height() ? diffTitle_ : diffTitleShort_;
-    if (diffAxis_->titleText() != want) diffAxis_->setTitleText(want);  // re-enters when resized
-  }
+  fitTitle(diffAxis_, diffTitle_, diffTitleShort_, plot.height());
   constexpr double kGap = 8.0;        // between a point and its label
   constexpr double kMinWidth = 24.0;  // narrower than this a label says nothing: hidden
   for (const Label& label : labels_) {

@@ -51,7 +51,7 @@ class ResultCharts : public QTabWidget {
     QString text;  ///< the whole label; the item shows it elided where the plot is too narrow
   };
   /// Places the point labels and fits the Diff axis's title to the plot's height (called
-  /// whenever the plot area changes).
+  /// whenever the plot area changes; the convergence chart's y axis is fitted the same way).
   void placeLabels();
 
   QChart* timeDiff_ = nullptr;
@@ -60,6 +60,7 @@ class ResultCharts : public QTabWidget {
   QAbstractAxis* diffAxis_ = nullptr;  ///< the time/Diff chart's y axis
   QString diffTitle_;                  ///< its title, and a short form for low plots
   QString diffTitleShort_;
+  QAbstractAxis* changedAxis_ = nullptr;  ///< the convergence chart's y axis
 };
 
 }  // namespace kmseg::gui

@@ -246,9 +246,14 @@ TEST(ResultCharts, LabelsAndAxisTitleFitTheChartsSize) {
       EXPECT_LE(box.right(), plot.right() + 0.5) << item->text().toStdString();
       whole += item->text().contains(QChar(0x2026)) ? 0 : 1;  // no ellipsis
     }
-    // The convergence chart's legend leaves a narrow chart to its curves.
-    EXPECT_EQ(charts.convergenceChart()->legend()->isVisible(),
-              size.width() >= ResultCharts::kLegendMinWidth);
+    // The convergence chart's legend leaves a narrow chart to its curves; its y axis title fits.
+    charts.setCurrentIndex(1);  // a hidden tab's chart is laid out when shown
+    QCoreApplication::processEvents();
+    QChart* convergence = charts.convergenceChart();
+    EXPECT_EQ(convergence->legend()->isVisible(), size.width() >= ResultCharts::kLegendMinWidth);
+    EXPECT_EQ(convergence->axes(Qt::Vertical).front()->titleText(),
+              size.width() == 900 ? QStringLiteral("labels changed") : QStringLiteral("changed"));
+    charts.setCurrentIndex(0);
     if (size.width() == 900) {
       EXPECT_EQ(whole, 9);
       EXPECT_EQ(diffTitle(), QStringLiteral("Diff % (log; 0 at the bottom)"));
