@@ -155,9 +155,19 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
   cmd.add_option("--modes", o.modes,
                  "gpu, distances, blobs: the modes to run, e.g. fp32,fp16>fp32 (all)")
       ->delimiter(',');
-  cmd.add_option("--dim", o.dim, "distances, blobs: features per row (default 128; blobs 10)");
+  // 0 stands for "the suite's default" inside; typed, it is refused.
+  const CLI::Validator atLeastOne(
+      [](std::string& value) -> std::string {
+        return value.find_first_not_of('0') == std::string::npos
+                   ? "must be at least 1 (leave it out for the suite's default)"
+                   : std::string();
+      },
+      ">= 1");
+  cmd.add_option("--dim", o.dim, "distances, blobs: features per row (default 128; blobs 10)")
+      ->check(atLeastOne);
   cmd.add_option("--points", o.points,
-                 "distances: rows of P and of C (default 1000); blobs: samples (default 100000)");
+                 "distances: rows of P and of C (default 1000); blobs: samples (default 100000)")
+      ->check(atLeastOne);
   cmd.add_option("--noise", o.noise, "distances: near points are C = P + noise N(0, I)")
       ->capture_default_str();
   cmd.add_option("--near-fraction", o.nearFraction,

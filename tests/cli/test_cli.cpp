@@ -343,6 +343,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "--points 100000000 x --dim 128", "268435456 feature values"},
         BadCase{"distancepoints", "bench distances --points 70000", 2, "--points 70000",
                 "[1, 65536]"},
+        BadCase{"dimzero", "bench distances --dim 0", 2, "--dim", "must be at least 1"},
         BadCase{"comparemode", "compare samples/coffee.png -m fp32", 2, "compare takes --modes"}),
     [](const auto& info) { return info.param.name; });
 
