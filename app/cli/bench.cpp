@@ -73,11 +73,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                          {"runs", nlohmann::json::array()}};
   std::printf("%-10s %5s %9s %9s %7s %9s %9s %6s %10s %6s %8s\n", "mode", "K", "ms/iter",
               "floor ms", "x floor", "GFLOP/s", "full ms", "iter", "dev MB", "x min", "blocks");
-  std::vector<Mode> modes(kAllModes.begin(), kAllModes.end());
-  if (!o.modes.empty()) {
-    modes.clear();
-    for (const std::string& m : o.modes) modes.push_back(parseMode(m));
-  }
+  const std::vector<Mode> modes = benchModes(o);
   for (int k : benchClusters(o)) {
     const Matrix init =
         gatherRows(features, chooseInitialCentres(features, k, Init::RandomPoints, o.seed));
@@ -134,6 +130,18 @@ std::vector<int> benchClusters(const BenchOptions& o) {
   if (!o.clusters.empty()) return o.clusters;
   if (o.suite == "blobs") return {100};
   return {8, 32};
+}
+
+std::vector<Mode> benchModes(const BenchOptions& o) {
+  if (o.modes.empty()) return {kAllModes.begin(), kAllModes.end()};
+  std::vector<Mode> modes;
+  for (const std::string& m : o.modes) modes.push_back(parseMode(m));
+  return modes;
+}
+
+double medianOf(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
 }
 
 void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
@@ -223,6 +231,11 @@ void checkBenchOptions(const BenchOptions& o) {
 }
 
 void runBench(const BenchOptions& o) {
+  // Fail on an unwritable --json path before the benchmark, as segment and compare do for -o.
+  if (!o.json.empty()) {
+    prepareOutputDirectory(o.json.parent_path());
+    checkOutputFile(o.json);
+  }
   // The paper's suites need no photo.
   if (o.suite == "distances") {
     runDistanceBench(o);
@@ -231,11 +244,6 @@ void runBench(const BenchOptions& o) {
   if (o.suite == "blobs") {
     runBlobBench(o);
     return;
-  }
-  // Fail on an unwritable --json path before the benchmark, as segment and compare do for -o.
-  if (!o.json.empty()) {
-    prepareOutputDirectory(o.json.parent_path());
-    checkOutputFile(o.json);
   }
   // The default photo is a path in the repository: say so rather than "does not exist".
   if (o.image == BenchOptions{}.image && !std::filesystem::exists(o.image))
@@ -270,10 +278,6 @@ void runBench(const BenchOptions& o) {
                          {"threads", threads},
                          {"repeats", o.repeats},
                          {"runs", nlohmann::json::array()}};
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   for (int k : benchClusters(o)) {
     const auto idx = chooseInitialCentres(features, k, Init::RandomPoints, o.seed);
     const Matrix init = gatherRows(features, idx);
@@ -320,7 +324,7 @@ void runBench(const BenchOptions& o) {
     }
     const char* names[] = {"kmseg cpu fp64", "kmseg cpu fp32", "cv::kmeans fp32"};
     for (int m = 0; m < 3; ++m) {
-      const double t = median(times[m]);
+      const double t = medianOf(times[m]);
       rows.push_back({names[m], k, iterations[m], t, t / iterations[m]});
     }
   }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kmseg/mode.h"
+
 namespace kmseg::cli {
 
 /// Options of `kmseg bench`.
@@ -31,6 +33,10 @@ struct BenchOptions {
 
 /// The cluster counts a suite runs: --clusters, or its default.
 std::vector<int> benchClusters(const BenchOptions& o);
+/// The modes a suite runs: --modes, or all nine.
+std::vector<Mode> benchModes(const BenchOptions& o);
+/// The median of `values` (the upper one of an even count); `values` must not be empty.
+double medianOf(std::vector<double> values);
 
 /// Limits of the paper's suites: --dim up to the CUDA engine's D; distances --points up to
 /// 2^16 (2^32 pairs per set); blobs up to 2^28 feature values (2 GiB in fp64).
@@ -43,9 +49,9 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o);
 void checkBenchOptions(const BenchOptions& o);
 /// Runs the suite, prints a table and writes JSON when asked.
 void runBench(const BenchOptions& o);
-/// `kmseg bench distances` (bench_paper.cpp).
+/// `kmseg bench distances` (bench_paper.cpp), called by runBench after its checks.
 void runDistanceBench(const BenchOptions& o);
-/// `kmseg bench blobs` (bench_paper.cpp).
+/// `kmseg bench blobs` (bench_paper.cpp), called by runBench after its checks.
 void runBlobBench(const BenchOptions& o);
 
 }  // namespace kmseg::cli

@@ -25,19 +25,6 @@ namespace kmseg::cli {
 
 namespace {
 
-std::vector<Mode> benchModes(const BenchOptions& o) {
-  if (o.modes.empty()) return {kAllModes.begin(), kAllModes.end()};
-  std::vector<Mode> modes;
-  for (const std::string& m : o.modes) modes.push_back(parseMode(m));
-  return modes;
-}
-
-void checkJsonPath(const BenchOptions& o) {
-  if (o.json.empty()) return;
-  prepareOutputDirectory(o.json.parent_path());
-  checkOutputFile(o.json);
-}
-
 nlohmann::json accuracyJson(const DistanceAccuracy& a) {
   auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
   return {{"pairs", a.pairs},
@@ -52,7 +39,6 @@ nlohmann::json accuracyJson(const DistanceAccuracy& a) {
 }  // namespace
 
 void runDistanceBench(const BenchOptions& o) {
-  checkJsonPath(o);
   const std::size_t d = o.dim ? o.dim : 128, n = o.points ? o.points : 1000;
   const std::vector<Mode> modes = benchModes(o);
   // P and the random C: independent N(0, 1) entries. Near: C = P + noise N(0, I). Mixed: the
@@ -107,7 +93,6 @@ void runDistanceBench(const BenchOptions& o) {
 }
 
 void runBlobBench(const BenchOptions& o) {
-  checkJsonPath(o);
   const std::size_t d = o.dim ? o.dim : 10, n = o.points ? o.points : 100000;
   const std::vector<Mode> modes = benchModes(o);
   const Backend backend = parseBackend(o.backend);
@@ -147,11 +132,7 @@ void runBlobBench(const BenchOptions& o) {
       for (std::size_t m = 0; m < modes.size(); ++m)
         seconds[m + 1].push_back(w.modes[m].result.seconds);
     }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    const double reference = median(seconds[0]);
+    const double reference = medianOf(seconds[0]);
     std::printf("%-10s %5s  %-18s %9s %8s %16s %9s %9s %8s %9s\n", "mode", "iter", "stop",
                 "time [s]", "speedup", "SSE", "ARI", "AMI", "Diff %", "fallback%");
     auto row = [&](const std::string& name, const KMeansResult& r, double t, const Comparison* c) {
@@ -175,7 +156,7 @@ void runBlobBench(const BenchOptions& o) {
     };
     row("reference", w.reference, reference, nullptr);
     for (std::size_t m = 0; m < modes.size(); ++m)
-      row(std::string(modeName(modes[m])), w.modes[m].result, median(seconds[m + 1]),
+      row(std::string(modeName(modes[m])), w.modes[m].result, medianOf(seconds[m + 1]),
           &w.modes[m].comparison);
   }
   if (!o.json.empty()) writeFileAtomic(o.json, json.dump(2) + "\n");

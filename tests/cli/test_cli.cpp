@@ -229,6 +229,11 @@ TEST(Cli, BenchChecksItsJsonPathFirst) {
   EXPECT_EQ(lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("file.txt"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty()) << "ran before failing:\n" << r.out;
+  // The paper's suites check it too, before their first table line.
+  const CliRun d = kmseg("bench distances --points 10 --dim 4 --json '" +
+                         (tmp / "file.txt" / "x.json").string() + "'");
+  EXPECT_EQ(d.code, 1) << d.err;
+  EXPECT_TRUE(d.out.empty()) << "ran before failing:\n" << d.out;
 }
 
 // The paper's experiments from the command line: the distance table (uniform fp16 loses the
