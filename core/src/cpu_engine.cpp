@@ -20,7 +20,6 @@
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
 #include "kmseg/lloyd_rules.h"
-#include "kmseg/pair_distance.h"
 #include "parallel.h"
 #include "precision_types.h"
 
@@ -104,15 +103,16 @@ struct Lloyd {
   std::size_t sumBlocks, sumBlockSize, group;  // Kahan sum blocks: count, samples, per task
   bool partialsValid = false;                  // the sum-block partials match `prev` labels
 
-  std::vector<WT> xwStore;  // N x D working-precision data, when W is not the input's fp64
-  const WT* xw = nullptr;   // the working-precision data (the input itself when W is fp64)
-  std::vector<LowT> xl;     // N x D low-precision copy fl_low(x_W) (empty when LowT == WT)
-  std::vector<LowT> xxl;    // ||x~||^2 in low precision, per sample
-  std::vector<WT> cw;       // K x D centres in W
-  std::vector<LowT> cl;     // K x D fl_low(c_W)
-  std::vector<LowT> clT;    // D x K transpose of cl
-  std::vector<LowT> ccl;    // ||c~||^2 per centre
-  std::vector<H> ch;        // K x D centres in H (fallback)
+  std::vector<WT> xwStore;         // N x D working-precision data, when W is not the input's fp64
+  const WT* xw = nullptr;          // the working-precision data (the input itself when W is fp64)
+  std::vector<LowT> xl;            // N x D low-precision copy fl_low(x_W) (empty when LowT == WT)
+  std::vector<LowT> xxl;           // ||x~||^2 in low precision, per sample
+  std::int64_t normOverflows = 0;  // samples whose xxl is not finite
+  std::vector<WT> cw;              // K x D centres in W
+  std::vector<LowT> cl;            // K x D fl_low(c_W)
+  std::vector<LowT> clT;           // D x K transpose of cl
+  std::vector<LowT> ccl;           // ||c~||^2 per centre
+  std::vector<H> ch;               // K x D centres in H (fallback)
   H factor{};
 
   // Distance bounds (Hamerly) for the uniform fp64/fp32 modes: per sample an upper bound on the
@@ -177,15 +177,21 @@ struct Lloyd {
     }
     if constexpr (!kSharedLow) xl.resize(n * d);
     xxl.resize(n);
-    // Conversions and norms, block by block on all threads (first touch included).
+    // Conversions and norms, block by block on all threads (first touch included). The rows
+    // whose norm is not finite are countNormOverflows's count, taken from the same norms.
+    std::vector<std::int64_t> blockOverflows(blocks, 0);
     parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
       const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
       if constexpr (!std::is_same_v<WT, double>)
         for (std::size_t e = lo * d; e < hi * d; ++e) xwStore[e] = WT(x.values[e]);
       if constexpr (!kSharedLow)
         for (std::size_t e = lo * d; e < hi * d; ++e) xl[e] = ML::from(double(xw[e]));
-      for (std::size_t i = lo; i < hi; ++i) xxl[i] = squaredNorm<LowT>(lowRow(i), int(d));
+      for (std::size_t i = lo; i < hi; ++i) {
+        xxl[i] = squaredNorm<LowT>(lowRow(i), int(d));
+        blockOverflows[std::size_t(b)] += std::isfinite(ML::toDouble(xxl[i])) ? 0 : 1;
+      }
     });
+    for (std::int64_t c : blockOverflows) normOverflows += c;
     if constexpr (kFallback)
       factor = MH::from(reliabilityFactor(params.rho, int(d), lowPrecision(params.mode)));
     blockSum.resize(sumBlocks * k * d);
@@ -562,6 +568,7 @@ struct Lloyd {
     KMeansResult r;
     r.mode = params.mode;
     r.working = std::is_same_v<WT, double> ? Precision::Fp64 : Precision::Fp32;
+    r.normOverflows = normOverflows;
     cw.resize(k * d);
     for (std::size_t j = 0; j < k * d; ++j) cw[j] = WT(initial.values[j]);
 
@@ -678,7 +685,6 @@ class CpuEngine final : public KMeansEngine {
 #undef KMSEG_CPU_CASE
     }
     r.backend = "CPU (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
-    r.normOverflows = countNormOverflows(params.mode, w, data);
     return r;
   }
 

@@ -7,6 +7,8 @@
 #include <random>
 
 #include "kmseg/distance.h"
+#include "kmseg/engine.h"
+#include "kmseg/init.h"
 #include "kmseg/pair_distance.h"
 
 namespace kmseg {
@@ -133,6 +135,16 @@ TEST(NormOverflow, CountsRowsWhoseNormIsInfiniteInTheModesArithmetic) {
   // With the largest magnitude given: read when it allows an overflow, not read when it cannot.
   EXPECT_EQ(countNormOverflows(Mode::Fp16, Precision::Fp32, x, 400.0), 3);
   EXPECT_EQ(countNormOverflows(Mode::Fp16, Precision::Fp32, x, 100.0), 0);  // 2 x 100^2 < 32752
+  // The CPU engine counts from its own low-precision norms: the same rows.
+  KMeansParams p;
+  p.k = 1;
+  p.maxIterations = 1;
+  for (Mode m : {Mode::Fp16, Mode::Fp16Fp64, Mode::Bf16}) {
+    p.mode = m;
+    EXPECT_EQ(makeCpuEngine(1)->run(x, gatherRows(x, {0}), p).normOverflows,
+              m == Mode::Bf16 ? 0 : 3)
+        << modeName(m);
+  }
   for (Mode m : {Mode::Fp64, Mode::Fp32, Mode::Bf16, Mode::Bf16Fp32, Mode::Fp32Fp64})
     EXPECT_EQ(countNormOverflows(m, Precision::Fp32, x), 0) << modeName(m);
   // Beyond bf16's and fp32's range (about 3.4e38) only in a squared norm of 2e19.
