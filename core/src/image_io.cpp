@@ -345,20 +345,18 @@ std::string psdTruncation(const Bytes& d, const ImageInfo& info) {
   pos += std::uint64_t(info.height) * channels * 2;
   for (std::uint64_t plane = 0; plane < planes; ++plane) {
     std::uint64_t done = 0;
+    const auto ends = [&] {
+      return "its PSD run-length data ends in channel " + std::to_string(plane + 1) + " of " +
+             std::to_string(planes) + ", after " + std::to_string(done) + " of " + pixelSize(info);
+    };
     while (done < pixels) {
-      if (pos >= n)
-        return "its PSD run-length data ends in channel " + std::to_string(plane + 1) + " of " +
-               std::to_string(planes) + ", after " + std::to_string(done) + " of " +
-               pixelSize(info);
+      if (pos >= n) return ends();
       const unsigned len = d[pos++];
       if (len == 128) continue;
       const std::uint64_t count = len < 128 ? len + 1 : 257 - len;
       if (count > pixels - done) return {};  // corrupt: the decoder's to report
       const std::uint64_t bytes = len < 128 ? count : 1;
-      if (pos + bytes > n)
-        return "its PSD run-length data ends in channel " + std::to_string(plane + 1) + " of " +
-               std::to_string(planes) + ", after " + std::to_string(done) + " of " +
-               pixelSize(info);
+      if (pos + bytes > n) return ends();
       pos += bytes;
       done += count;
     }
@@ -396,21 +394,23 @@ std::string hdrTruncation(const Bytes& d, const ImageInfo& info) {
   };
   if (width < 8 || width >= 32768) return flat(pos);
   for (std::uint64_t row = 0; row < height; ++row) {
-    const std::string ends = "its HDR run-length data ends in scanline " + std::to_string(row + 1) +
-                             " of " + std::to_string(height);
-    if (pos + 4 > n) return ends;
+    const auto ends = [&] {
+      return "its HDR run-length data ends in scanline " + std::to_string(row + 1) + " of " +
+             std::to_string(height);
+    };
+    if (pos + 4 > n) return ends();
     if (d[pos] != 2 || d[pos + 1] != 2 || (d[pos + 2] & 0x80)) return flat(pos);
     if ((std::uint64_t(d[pos + 2]) << 8 | d[pos + 3]) != width) return {};  // the decoder's
     pos += 4;
     for (int component = 0; component < 4; ++component) {
       for (std::uint64_t done = 0; done < width;) {
-        if (pos >= n) return ends;
+        if (pos >= n) return ends();
         std::uint64_t count = d[pos++];
         const bool run = count > 128;
         if (run) count -= 128;
         if (count > width - done) return {};  // corrupt: the decoder's to report
         const std::uint64_t bytes = run ? 1 : count;
-        if (pos + bytes > n) return ends;
+        if (pos + bytes > n) return ends();
         pos += bytes;
         done += count;
       }
