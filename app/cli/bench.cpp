@@ -147,8 +147,8 @@ double medianOf(std::vector<double> values) {
 void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
   cmd.add_option("SUITE", o.suite,
                  "cpu: the CPU engine (fp64, fp32) against cv::kmeans; gpu: every mode on the CUDA "
-                 "engine; distances: each mode's distance errors and fallbacks on random and near "
-                 "points (paper 6.1); blobs: every mode on Gaussian blobs (paper 6.2.1)")
+                 "engine; distances: each mode's distance errors, fallbacks and time on random and "
+                 "near points (paper 6.1); blobs: every mode on Gaussian blobs (paper 6.2.1)")
       ->capture_default_str();
   cmd.add_option("--image", o.image, "Photo to resize for the benchmark")->capture_default_str();
   cmd.add_option("--megapixels", o.megapixels, "Resize the photo to about this many megapixels")
@@ -183,7 +183,8 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
       ->capture_default_str();
   cmd.add_option("--rho", o.rho, "distances, blobs: safety factor of the reliability test (> 2)")
       ->capture_default_str();
-  cmd.add_option("--backend", o.backend, "blobs: auto, cuda or cpu")->capture_default_str();
+  cmd.add_option("--backend", o.backend, "distances, blobs: auto, cuda or cpu")
+      ->capture_default_str();
   cmd.add_option("--json", o.json,
                  "Write the results as JSON to this file (its directory is created if needed; "
                  "checked before the benchmark runs)");

@@ -28,7 +28,7 @@ struct BenchOptions {
   double noise = 1e-6;           ///< near points: C = P + noise N(0, I)
   double nearFraction = 0.1;     ///< distances: share of near points in the mixed set
   double rho = 5.0;              ///< reliability safety factor of the mixed modes
-  std::string backend = "auto";  ///< blobs: the engine
+  std::string backend = "auto";  ///< distances, blobs: the engine
 };
 
 /// The cluster counts a suite runs: --clusters, or its default.

@@ -14,6 +14,7 @@
 
 #include "bench.h"
 #include "commands.h"
+#include "kmseg/engine.h"
 #include "kmseg/error.h"
 #include "kmseg/experiments.h"
 #include "kmseg/kmeans.h"
@@ -33,7 +34,8 @@ nlohmann::json accuracyJson(const DistanceAccuracy& a) {
           {"fallback_ratio", a.fallbackRatio()},
           {"max_rel_error", number(a.maxRelError)},
           {"max_rel_error_near", number(a.maxRelErrorNear)},
-          {"max_rel_error_far", number(a.maxRelErrorFar)}};
+          {"max_rel_error_far", number(a.maxRelErrorFar)},
+          {"seconds", a.seconds}};
 }
 
 }  // namespace
@@ -55,14 +57,34 @@ void runDistanceBench(const BenchOptions& o) {
   std::copy(near.values.begin(), near.values.begin() + std::ptrdiff_t(nearRows * d),
             mixed.values.begin());
 
+  // Where the pairs are evaluated: the engine choice's rules (a device that answers, unless
+  // --backend cpu); the CUDA kernel is then timed on the device, the CPU's emulation by the clock.
+#if defined(KMSEG_HAVE_CUDA)
+  registerCudaEngine();
+#endif
+  const EngineChoice choice = makeEngine(parseBackend(o.backend), o.threads, {1, d});
+  const bool onDevice = choice.backend == Backend::Cuda;
+  auto measure = [&](Mode mode, Precision w, const Matrix& c) {
+#if defined(KMSEG_HAVE_CUDA)
+    if (onDevice) return cudaMeasureDistances(mode, o.rho, w, p, c, 1e-3, o.threads, o.repeats);
+#endif
+    return measureDistances(mode, o.rho, w, p, c, 1e-3, o.threads);
+  };
   std::printf(
       "distances: P and C of %zu x %zu, N(0, 1) entries, %zu pairs per set; near: C = P + %.0e "
       "N(0, I); mixed: %zu of the %zu rows near; rho = %g; error against the exact distance of "
       "the working-precision rows\n",
       n, d, n * n, o.noise, nearRows, n, o.rho);
-  std::printf("%-10s %4s | %-21s | %-21s | %-32s\n", "", "", "random", "near", "mixed");
-  std::printf("%-10s %4s | %11s %9s | %11s %9s | %10s %10s %9s\n", "mode", "W", "max rel err",
-              "fallback%", "max rel err", "fallback%", "near err", "far err", "fallback%");
+  const std::string timeNote =
+      onDevice ? "median device time of " + std::to_string(o.repeats) +
+                     " evaluation(s) of the distance kernels (norms included)"
+               : std::string("wall time of the CPU's emulated arithmetic (not the hardware's)");
+  std::printf("evaluated on %s%s%s; ms: %s\n", choice.engine->description().c_str(),
+              choice.note.empty() ? "" : ": ", choice.note.c_str(), timeNote.c_str());
+  std::printf("%-10s %4s | %-31s | %-31s | %-42s\n", "", "", "random", "near", "mixed");
+  std::printf("%-10s %4s | %11s %9s %9s | %11s %9s %9s | %10s %10s %9s %9s\n", "mode", "W",
+              "max rel err", "fallback%", "ms", "max rel err", "fallback%", "ms", "near err",
+              "far err", "fallback%", "ms");
   nlohmann::json json = {{"suite", "distances"},
                          {"points", n},
                          {"dim", d},
@@ -70,18 +92,20 @@ void runDistanceBench(const BenchOptions& o) {
                          {"near_rows", nearRows},
                          {"rho", o.rho},
                          {"seed", o.seed},
+                         {"backend", choice.engine->description()},
+                         {"repeats", onDevice ? o.repeats : 1},
                          {"results", nlohmann::json::array()}};
   for (Mode mode : modes) {
     const Precision w = resolveWorking(mode, Working::Auto);
-    const DistanceAccuracy r = measureDistances(mode, o.rho, w, p, random, 1e-3, o.threads);
-    const DistanceAccuracy a = measureDistances(mode, o.rho, w, p, near, 1e-3, o.threads);
-    const DistanceAccuracy m = measureDistances(mode, o.rho, w, p, mixed, 1e-3, o.threads);
+    const DistanceAccuracy r = measure(mode, w, random);
+    const DistanceAccuracy a = measure(mode, w, near);
+    const DistanceAccuracy m = measure(mode, w, mixed);
     const std::string name(modeName(mode));
     const std::string wName(precisionName(w));
-    std::printf("%-10s %4s | %11.2e %9.3f | %11.2e %9.3f | %10.2e %10.2e %9.3f\n", name.c_str(),
-                wName.c_str(), r.maxRelError, 100.0 * r.fallbackRatio(), a.maxRelError,
-                100.0 * a.fallbackRatio(), m.maxRelErrorNear, m.maxRelErrorFar,
-                100.0 * m.fallbackRatio());
+    std::printf("%-10s %4s | %11.2e %9.3f %9.3f | %11.2e %9.3f %9.3f | %10.2e %10.2e %9.3f %9.3f\n",
+                name.c_str(), wName.c_str(), r.maxRelError, 100.0 * r.fallbackRatio(),
+                1e3 * r.seconds, a.maxRelError, 100.0 * a.fallbackRatio(), 1e3 * a.seconds,
+                m.maxRelErrorNear, m.maxRelErrorFar, 100.0 * m.fallbackRatio(), 1e3 * m.seconds);
     json["results"].push_back({{"mode", name},
                                {"working_precision", wName},
                                {"random", accuracyJson(r)},

@@ -254,6 +254,17 @@ TEST(Cli, BenchDistancesReproducesTheNearPointsFinding) {
   EXPECT_LT(json["results"][1]["near"]["max_rel_error_near"].get<double>(), 1e-5);
   EXPECT_GT(json["results"][1]["near"]["fallbacks"].get<int>(), 0);
   EXPECT_EQ(json["results"][2]["random"]["fallback_ratio"].get<double>(), 1.0);  // as the paper
+  // Each set's evaluation is timed, on the engine the table names.
+  EXPECT_NE(r.out.find("evaluated on "), std::string::npos) << r.out;
+  EXPECT_FALSE(json["backend"].get<std::string>().empty());
+  for (const auto& result : json["results"])
+    for (const char* set : {"random", "near", "mixed"})
+      EXPECT_GT(result[set]["seconds"].get<double>(), 0.0) << result["mode"] << " " << set;
+  // --backend cpu always evaluates on the CPU, and says that its time is the emulation's.
+  const CliRun cpu = kmseg("bench distances --points 8 --dim 3 --modes fp32 --backend cpu");
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  EXPECT_NE(cpu.out.find("evaluated on CPU"), std::string::npos) << cpu.out;
+  EXPECT_NE(cpu.out.find("emulated arithmetic"), std::string::npos) << cpu.out;
 }
 
 TEST(Cli, BenchBlobsComparesEveryModeWithTheReference) {

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The paper's experiments as library functions: measureDistances against the single-pair
-// modeDistance and the paper's findings on near points, and makeBlobs.
+// The paper's experiments as library functions: measureDistances and pairDistances against the
+// single-pair modeDistance and the paper's findings on near points, and makeBlobs.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "kmseg/error.h"
 #include "kmseg/experiments.h"
@@ -36,6 +37,9 @@ TEST(Experiments, MeasureDistancesAgreesWithModeDistancePairByPair) {
   for (Mode mode : kAllModes) {
     const Precision w = resolveWorking(mode, Working::Auto);
     const DistanceAccuracy a = measureDistances(mode, 5.0, w, p, c, 1e-3, 1);
+    std::int64_t batchFallbacks = -1;
+    const std::vector<double> values = pairDistances(mode, 5.0, w, p, c, &batchFallbacks, 2);
+    ASSERT_EQ(values.size(), p.rows * c.rows);
     std::int64_t fallbacks = 0;
     double maxError = 0;
     for (std::size_t i = 0; i < p.rows; ++i)
@@ -43,6 +47,7 @@ TEST(Experiments, MeasureDistancesAgreesWithModeDistancePairByPair) {
         const PairDistance r = modeDistance(mode, 5.0, w, p.values.data() + i * p.cols,
                                             c.values.data() + j * c.cols, int(p.cols));
         fallbacks += r.fellBack ? 1 : 0;
+        EXPECT_EQ(values[i * c.rows + j], r.value) << "pair " << i << ", " << j;
         long double exact = 0;
         for (std::size_t q = 0; q < p.cols; ++q) {
           const long double t = (long double)roundTo(w, p(i, q)) - (long double)roundTo(w, c(j, q));
@@ -54,7 +59,9 @@ TEST(Experiments, MeasureDistancesAgreesWithModeDistancePairByPair) {
     EXPECT_EQ(a.pairs, 144);
     EXPECT_EQ(a.nearPairs, 12);  // the diagonal: 9 x (1e-3)^2 on average
     EXPECT_EQ(a.fallbacks, fallbacks);
+    EXPECT_EQ(batchFallbacks, fallbacks);
     EXPECT_EQ(a.maxRelError, maxError);
+    EXPECT_GT(a.seconds, 0.0);
     EXPECT_EQ(a.maxRelError, std::max(a.maxRelErrorNear, a.maxRelErrorFar));
   }
 }
@@ -80,11 +87,44 @@ TEST(Experiments, MixedModesRestoreTheNearPairsThatUniformModesLose) {
   EXPECT_EQ(two.maxRelError, mixed.maxRelError);
 }
 
+// A set of more pairs than one chunk holds is measured chunk by chunk with the same result as
+// one pass over the whole matrix.
+TEST(Experiments, MeasuresLargeSetsChunkByChunk) {
+  const Matrix p = normalRows(1500000, 1, 6), c = normalRows(3, 1, 7);
+  ASSERT_LT(distanceChunkRows(c.rows), p.rows);
+  const DistanceAccuracy chunked =
+      measureDistances(Mode::Fp32Fp64, 5.0, Precision::Fp32, p, c, 1e-3, 2);
+  DistanceAccuracy whole;
+  const std::vector<double> values =
+      pairDistances(Mode::Fp32Fp64, 5.0, Precision::Fp32, p, c, &whole.fallbacks, 2);
+  addDistanceErrors(whole, Precision::Fp32, p, c, 0, p.rows, values.data(), 1e-3, 2);
+  EXPECT_EQ(chunked.pairs, 4500000);
+  EXPECT_EQ(chunked.pairs, whole.pairs);
+  EXPECT_EQ(chunked.nearPairs, whole.nearPairs);
+  EXPECT_GT(chunked.nearPairs, 0);
+  EXPECT_EQ(chunked.fallbacks, whole.fallbacks);
+  EXPECT_GT(chunked.fallbacks, 0);  // D = 1: the near pairs cancel
+  EXPECT_EQ(chunked.maxRelError, whole.maxRelError);
+  EXPECT_EQ(chunked.maxRelErrorNear, whole.maxRelErrorNear);
+  EXPECT_EQ(chunked.maxRelErrorFar, whole.maxRelErrorFar);
+}
+
 TEST(Experiments, MeasureDistancesRefusesBadInput) {
   const Matrix p = normalRows(3, 4, 1), c = normalRows(3, 5, 2);
   EXPECT_THROW(measureDistances(Mode::Fp32, 5.0, Precision::Fp32, p, c), InvalidArgument);
   EXPECT_THROW(measureDistances(Mode::Fp32, 2.0, Precision::Fp32, p, p), InvalidArgument);
   EXPECT_THROW(measureDistances(Mode::Fp32, 5.0, Precision::Fp32, Matrix(), p), InvalidArgument);
+  EXPECT_THROW(pairDistances(Mode::Fp32, 5.0, Precision::Fp32, p, c), InvalidArgument);
+  Matrix bad = p;
+  bad(1, 2) = NAN;
+  EXPECT_THROW(pairDistances(Mode::Fp32, 5.0, Precision::Fp32, bad, p), DataError);
+  DistanceAccuracy a;
+  const std::vector<double> values(9, 1.0);
+  EXPECT_THROW(addDistanceErrors(a, Precision::Fp32, p, p, 2, 2, values.data(), 1e-3),
+               InvalidArgument);
+  EXPECT_THROW(addDistanceErrors(a, Precision::Fp32, p, c, 0, 1, values.data(), 1e-3),
+               InvalidArgument);
+  EXPECT_EQ(a.pairs, 0);
   // Identical rows: d* = 0, and a mode that gives 0 has error 0.
   const DistanceAccuracy same = measureDistances(Mode::Fp64, 5.0, Precision::Fp64, p, p);
   EXPECT_EQ(same.nearPairs, 3);

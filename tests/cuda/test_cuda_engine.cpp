@@ -9,12 +9,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kmseg/cuda_engine.h"
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
+#include "kmseg/experiments.h"
 #include "kmseg/features.h"
 #include "kmseg/image_io.h"
 #include "kmseg/init.h"
@@ -762,6 +766,97 @@ TEST(CudaLaunchShape, BlocksDoNotKeepToTheSameColumns) {
         canMove = canMove || 8 * c % cols != 0;
       if (!drift && canMove) ASSERT_NE(8 * s % cols, 0) << b << " blocks, " << cols << " columns";
     }
+}
+
+// The paper's distance kernel (bench distances) against the CPU's pairDistances, which
+// evaluates the same shared formulas with emulated arithmetic: every mode, both working
+// precisions, bit for bit, with the same fallback count. Sets: near and random rows at D = 128
+// (the paper's), widths around the kernel's 32-feature stages and its 64-row tiles, D = 1, and
+// rows so large that fp16's norms overflow (NaN and infinity must agree too).
+TEST(CudaDistances, EqualTheCpusPairByPairInEveryMode) {
+  KMSEG_REQUIRE_GPU();
+  struct Set {
+    const char* name;
+    Matrix p, c;
+  };
+  std::vector<Set> sets;
+  auto nearAndRandom = [](std::size_t d, std::uint64_t seed) {
+    const Matrix p = randomData(70, d, seed), noise = randomData(130, d, seed + 1);
+    Matrix c = randomData(130, d, seed + 2);
+    for (std::size_t i = 0; i < 70; ++i)  // the first 70 rows of C near those of P
+      for (std::size_t q = 0; q < d; ++q) c(i, q) = p(i, q) + 1e-6 * noise(i, q);
+    return Set{"", p, c};
+  };
+  for (std::size_t d : {128, 5, 33, 1, 64}) {
+    sets.push_back(nearAndRandom(d, 10 * d));
+    sets.back().name = "near and random";
+  }
+  Set huge = nearAndRandom(4, 3);
+  for (double& v : huge.p.values) v = 200.0 * v;
+  for (double& v : huge.c.values) v = 200.0 * v;
+  huge.name = "beyond fp16's range";
+  sets.push_back(huge);
+  for (const Set& set : sets)
+    for (Mode mode : kAllModes)
+      for (Precision w : {resolveWorking(mode, Working::Auto), Precision::Fp64}) {
+        SCOPED_TRACE(std::string(modeName(mode)) + ", W = " + std::string(precisionName(w)) +
+                     ", D = " + std::to_string(set.p.cols) + ", " + set.name);
+        std::int64_t cpuFell = -1, gpuFell = -2;
+        const std::vector<double> cpu = pairDistances(mode, 5.0, w, set.p, set.c, &cpuFell);
+        const std::vector<double> gpu = cudaPairDistances(mode, 5.0, w, set.p, set.c, &gpuFell);
+        ASSERT_EQ(gpu.size(), cpu.size());
+        std::size_t differ = 0, first = 0;
+        for (std::size_t e = 0; e < cpu.size(); ++e) {
+          const bool same = std::memcmp(&cpu[e], &gpu[e], sizeof(double)) == 0 ||
+                            (std::isnan(cpu[e]) && std::isnan(gpu[e]));
+          if (!same && differ++ == 0) first = e;
+        }
+        EXPECT_EQ(differ, 0u) << "first at pair " << first / set.c.rows << ", "
+                              << first % set.c.rows << ": CPU " << cpu[first] << ", CUDA "
+                              << gpu[first];
+        EXPECT_EQ(gpuFell, cpuFell);
+      }
+}
+
+// measureDistances on the device: the same figures as the CPU's, and a device time; a set of
+// more pairs than one chunk holds (several kernels into one buffer) included.
+TEST(CudaDistances, MeasureAsTheCpuChunkByChunk) {
+  KMSEG_REQUIRE_GPU();
+  const Matrix p = randomData(6000000, 1, 6), c = randomData(3, 1, 7);
+  ASSERT_LT(distanceChunkRows(c.rows, kCudaDistanceChunkPairs), p.rows);
+  const Matrix p2 = randomData(300, 128, 8), c2 = randomData(200, 128, 9);
+  for (Mode mode : {Mode::Fp16Fp32, Mode::Fp32, Mode::Bf16Fp64}) {
+    for (const auto& [pm, cm] : {std::pair{&p, &c}, std::pair{&p2, &c2}}) {
+      SCOPED_TRACE(std::string(modeName(mode)) + ", D = " + std::to_string(pm->cols));
+      const Precision w = resolveWorking(mode, Working::Auto);
+      const DistanceAccuracy cpu = measureDistances(mode, 5.0, w, *pm, *cm, 1e-3, 0);
+      const DistanceAccuracy gpu = cudaMeasureDistances(mode, 5.0, w, *pm, *cm, 1e-3, 0, 3);
+      EXPECT_EQ(gpu.pairs, cpu.pairs);
+      EXPECT_EQ(gpu.nearPairs, cpu.nearPairs);
+      EXPECT_EQ(gpu.fallbacks, cpu.fallbacks);
+      EXPECT_EQ(gpu.maxRelError, cpu.maxRelError);
+      EXPECT_EQ(gpu.maxRelErrorNear, cpu.maxRelErrorNear);
+      EXPECT_EQ(gpu.maxRelErrorFar, cpu.maxRelErrorFar);
+      EXPECT_GT(gpu.seconds, 0.0);
+    }
+  }
+  EXPECT_THROW(cudaMeasureDistances(Mode::Fp32, 5.0, Precision::Fp32, p2, c2, 1e-3, 0, 0),
+               InvalidArgument);
+  EXPECT_THROW(cudaPairDistances(Mode::Fp32, 5.0, Precision::Fp32, p2, c), InvalidArgument);
+  EXPECT_THROW(cudaPairDistances(Mode::Fp32, 2.0, Precision::Fp32, p2, c2), InvalidArgument);
+}
+
+// Without a device the distance kernel says why instead of failing later (runs in CI).
+TEST(CudaDistancesWithoutDevice, SayWhy) {
+  if (haveDevice()) GTEST_SKIP() << "a CUDA device answers";
+  const Matrix p = randomData(10, 4, 1);
+  try {
+    cudaPairDistances(Mode::Fp32, 5.0, Precision::Fp32, p, p);
+    ADD_FAILURE() << "no BackendError without a device";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA backend is not available"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CudaEngineWithoutDevice, FactoryExplainsOrWorks) {

@@ -4,13 +4,16 @@
 // The CUDA side of kmseg, as plain C++: no CUDA header is needed to include this.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kmseg/engine.h"
+#include "kmseg/experiments.h"
 #include "kmseg/kmeans.h"
 #include "kmseg/matrix.h"
+#include "kmseg/mode.h"
 
 namespace kmseg {
 
@@ -66,5 +69,26 @@ CudaTiming timeCudaRun(const Matrix& data, const Matrix& initialCentres, const K
 /// Device-to-device copy bandwidth of device 0 in bytes per second, counting read + write
 /// (median of several copies of `bytes`).
 double measureCudaCopyBandwidth(std::size_t bytes = std::size_t(1) << 30);
+
+/// The paper's distance kernel on device 0 (section 6.1): the squared distance of every pair
+/// (row of P, row of C) as `mode` computes it, row-major |P| x |C| and widened to double, with
+/// the fallback count in `*fallbacks` (when not null). The same values as core's pairDistances,
+/// bit for bit: the same shared formulas, the rows rounded to `working` and then to the mode's
+/// precisions. Any width D. Throws as pairDistances, and BackendError when no device answers or
+/// a CUDA step fails (out of memory included).
+std::vector<double> cudaPairDistances(Mode mode, double rho, Precision working, const Matrix& p,
+                                      const Matrix& c, std::int64_t* fallbacks = nullptr);
+
+/// Pairs per chunk of P's rows on the device (2^24: 128 MiB of fp64 distances), more than the
+/// CPU's chunks, so that the paper's 25 M pairs take two launches of several waves each.
+inline constexpr std::size_t kCudaDistanceChunkPairs = std::size_t(1) << 24;
+
+/// measureDistances on device 0: the pairs evaluated by the kernel of cudaPairDistances, chunk
+/// by chunk of P's rows, and measured on the host (addDistanceErrors; `threads` as there).
+/// `seconds` is the median device time of `repeats` evaluations after the measured one (the
+/// norms and the distance kernels; not the rounding of the input, done once, nor the copies to
+/// the host).
+DistanceAccuracy cudaMeasureDistances(Mode mode, double rho, Precision working, const Matrix& p,
+                                      const Matrix& c, double nearLimit, int threads, int repeats);
 
 }  // namespace kmseg
