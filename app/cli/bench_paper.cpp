@@ -149,17 +149,21 @@ void runBlobBench(const BenchOptions& o) {
     // Every repetition runs the whole comparison; the results are deterministic, the times are
     // the medians.
     WorkflowResult w;
-    std::vector<std::vector<double>> seconds(modes.size() + 1);
+    std::vector<std::vector<double>> seconds(modes.size() + 1), device(modes.size() + 1);
     for (int rep = 0; rep < o.repeats; ++rep) {
       w = runWorkflow(*choice.engine, x, modes, params);
       seconds[0].push_back(w.reference.seconds);
-      for (std::size_t m = 0; m < modes.size(); ++m)
+      device[0].push_back(w.reference.deviceSeconds);
+      for (std::size_t m = 0; m < modes.size(); ++m) {
         seconds[m + 1].push_back(w.modes[m].result.seconds);
+        device[m + 1].push_back(w.modes[m].result.deviceSeconds);
+      }
     }
     const double reference = medianOf(seconds[0]);
     std::printf("%-10s %5s  %-18s %9s %8s %16s %9s %9s %8s %9s\n", "mode", "iter", "stop",
                 "time [s]", "speedup", "SSE", "ARI", "AMI", "Diff %", "fallback%");
-    auto row = [&](const std::string& name, const KMeansResult& r, double t, const Comparison* c) {
+    auto row = [&](const std::string& name, const KMeansResult& r, double t, double dev,
+                   const Comparison* c) {
       const std::string stop(stopReasonName(r.stop));
       std::printf("%-10s %5d  %-18s %9.3f %7.2fx %16.6f %9.6f %9.6f %8.4f %9.3f\n", name.c_str(),
                   r.iterations, stop.c_str(), t, t > 0 ? reference / t : 0.0, r.sse,
@@ -171,6 +175,8 @@ void runBlobBench(const BenchOptions& o) {
                               {"iterations", r.iterations},
                               {"stop_reason", stop},
                               {"seconds", t},
+                              // the Lloyd loop's device time (CUDA engine), -1 on the CPU
+                              {"device_seconds", dev},
                               {"speedup_vs_fp64", t > 0 ? reference / t : 0.0},
                               {"sse", r.sse},
                               {"ari", c ? c->ari : 1.0},
@@ -178,10 +184,10 @@ void runBlobBench(const BenchOptions& o) {
                               {"diff_percent", c ? c->diffPercent : 0.0},
                               {"fallback_ratio", r.fallbackRatio()}});
     };
-    row("reference", w.reference, reference, nullptr);
+    row("reference", w.reference, reference, medianOf(device[0]), nullptr);
     for (std::size_t m = 0; m < modes.size(); ++m)
       row(std::string(modeName(modes[m])), w.modes[m].result, medianOf(seconds[m + 1]),
-          &w.modes[m].comparison);
+          medianOf(device[m + 1]), &w.modes[m].comparison);
   }
   if (!o.json.empty()) writeFileAtomic(o.json, json.dump(2) + "\n");
 }

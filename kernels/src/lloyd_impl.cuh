@@ -48,6 +48,7 @@
 #include "kmseg/mode.h"
 #include "launch_shape.h"
 #include "lloyd_run.h"
+#include "tile_math.cuh"
 
 namespace kmseg::cuda {
 
@@ -165,7 +166,6 @@ struct Args {
   LabelT* labels;          // N labels, updated in place
   LabelT* twoAgo;          // N labels of two iterations earlier, updated in place
   WT* cw;                  // K x D centres in W
-  WT* cwNew;               // K x D scratch for the update
   const WT* cInit;         // K x D initial centres in W
   LowT* cl;                // K x D fl_low(c_W)
   LowT* ccl;               // K ||c~||^2 in low precision
@@ -343,6 +343,92 @@ __global__ void resetKernel(A a) {
   prepareCentres(a);
 }
 
+// ---- the tiled assignment (wide rows) -----------------------------------------------------------
+//
+// For D >= kTiledMinD the generic pass labels each tile of kAssignThreads points cooperatively:
+// 64 points at a time against 64 centres at a time, every pair's dot product from tile_math.cuh
+// (dotProduct's chain, the rows staged through shared memory), then expandedDistance and, in a
+// mixed mode, the reliability test and directDistance from the point's row in W and the centre's
+// in H: the pair values of the per-thread scan, bit for bit. Each thread keeps the best of its
+// 4 centres per point in index order; the 16 threads of a point then combine theirs by
+// (distance under closer(), index), which is the sequential scan's result: the first index
+// among the closest, NaN last.
+
+inline constexpr int kTiledMinD = 16;
+static_assert(kAssignThreads == tiles::kThreads);
+
+/// Combines the running best (d, j) with another thread's (od, oj), as the sequential scan would
+/// over their indices: j < 0 is "none yet".
+template <class D>
+__device__ inline void combineBest(D& d, int& j, D od, int oj) {
+  if (oj < 0) return;
+  if (j < 0 || closer(od, d) || (!closer(d, od) && oj < j)) d = od, j = oj;
+}
+
+/// Labels of points [tile, tile + kAssignThreads) (below `end`) into best[0 ..), and their
+/// fallbacks into `fallbacks` (per thread: the pairs this thread evaluated). Every thread of
+/// the block calls it; `stage` holds tiles::kStageBytes<LowT>, `norms` 64 LowT. Ends with a
+/// barrier.
+template <class A, class LowT, class H>
+__device__ void tiledLabels(const A& a, long long tile, long long end, const LowT* cl,
+                            const LowT* ccl, const H* ch, unsigned char* stage, LowT* norms,
+                            int* best, unsigned& fallbacks) {
+  using namespace tiles;
+  constexpr bool kFallback = A::kFallback;
+  using DistT = std::conditional_t<kFallback, H, CompareT<LowT>>;
+  using L = typename Lanes<LowT>::type;
+  constexpr int kLanes = Lanes<LowT>::count;
+  const int d = a.d, k = a.k;
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
+  for (int sub = 0; sub < kAssignThreads; sub += kTile) {
+    const long long p0 = tile + sub;
+    if (sub > 0) __syncthreads();  // the last sub-tile's norms are read until here
+    if (threadIdx.x < kTile && p0 + threadIdx.x < end)
+      norms[threadIdx.x] = squaredNorm<LowT>(a.xl + (p0 + threadIdx.x) * d, d);
+    DistT bestD[kPer];
+    int bestJ[kPer];
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) bestJ[m] = -1;
+    for (int c0 = 0; c0 < k; c0 += kTile) {
+      L acc[kPer][kPer / kLanes];
+      tileDots<LowT>(acc, stage, a.xl, p0, end, cl, c0, k, d);  // its barriers publish norms
+#pragma unroll
+      for (int m = 0; m < kPer; ++m) {
+        const long long i = p0 + ty * kPer + m;
+#pragma unroll
+        for (int n = 0; n < kPer; ++n) {
+          const int j = c0 + tx * kPer + n;
+          if (i >= end || j >= k) continue;
+          const LowT dot = laneOf<L, LowT>(acc[m][n / kLanes], n % kLanes);
+          const Expanded<LowT> e = expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
+          DistT dj;
+          if constexpr (kFallback) {
+            if (fallsBack<LowT, H>(e, a.factor)) {
+              ++fallbacks;
+              dj = directDistance<H>(a.xw + i * d, ch + std::size_t(j) * d, d);
+            } else {
+              dj = convert<H>(e.distance);
+            }
+          } else {
+            dj = convert<DistT>(e.distance);
+          }
+          if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      for (int o = kSide / 2; o > 0; o >>= 1) {
+        const DistT od = __shfl_xor_sync(0xffffffffu, bestD[m], o);
+        const int oj = __shfl_xor_sync(0xffffffffu, bestJ[m], o);
+        combineBest(bestD[m], bestJ[m], od, oj);
+      }
+      if (tx == 0) best[sub + ty * kPer + m] = bestJ[m];
+    }
+  }
+  __syncthreads();
+}
+
 /// Assignment and partial sums, one pass over the data (or, with assign = 0, the partial sums of
 /// the current labels only). Grid: a.blocks blocks of kAssignThreads; block b owns the
 /// contiguous points [b chunk, (b + 1) chunk) and walks them in tiles of kAssignThreads, one
@@ -352,7 +438,7 @@ __global__ void resetKernel(A a) {
 /// at the end the block adds its warps' folded sums (sum - compensation) in warp order and
 /// writes them to partialSum[e * blocks + b]. Without shared accumulators the warps take turns
 /// on one accumulator in global scratch, in warp order. The order depends only on N, K, D.
-template <class LowT, class HighT, class WT, class LabelT, int DT>
+template <class LowT, class HighT, class WT, class LabelT, int DT, bool kTiled = false>
 __global__ void __launch_bounds__(kAssignThreads)
     assignKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
   using A = Args<LowT, HighT, WT, LabelT>;
@@ -419,36 +505,48 @@ __global__ void __launch_bounds__(kAssignThreads)
   const long long begin = blockIdx.x * a.chunk;
   const long long end = min(a.n, begin + a.chunk);
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
+  // The tiled assignment's stage, the norms of its 64 points and the tile's labels.
+  constexpr std::size_t kTiledBytes = kTiled ? tiles::kStageBytes<LowT> : 16;
+  __shared__ __align__(16) unsigned char tiledStage[kTiledBytes];
+  __shared__ LowT tiledNorms[kTiled ? tiles::kTile : 1];
+  __shared__ int tiledBest[kTiled ? kAssignThreads : 1];
   for (long long tile = begin; tile < end; tile += kAssignThreads) {
     const long long i = tile + threadIdx.x;
     int label = -1;
+    if constexpr (kTiled)
+      if (assign)
+        tiledLabels(a, tile, end, cl, ccl, ch, tiledStage, tiledNorms, tiledBest, fallbacks);
     if (i < end) {
       if (assign) {
-        LowT x[kDim];
-        const LowT* xr = a.xl + i * d;
-        for (int q = 0; q < d; ++q) x[q] = xr[q];
-        const LowT xx = squaredNorm<LowT>(x, d);
         int best = 0;
-        if constexpr (kFallback) {
-          H xh[kDim];
-          const WT* wr = a.xw + i * d;
-          for (int q = 0; q < d; ++q) xh[q] = convert<H>(wr[q]);
-          H bestD{};
-          for (int j = 0; j < k; ++j) {
-            const LowT dot = dotProduct<LowT>(x, cl + j * d, d);
-            bool fell = false;
-            const H dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx, ccl[j], dot), xh,
-                                                ch + j * d, d, a.factor, &fell);
-            fallbacks += fell;
-            if (j == 0 || closer(dj, bestD)) bestD = dj, best = j;
-          }
+        if constexpr (kTiled) {
+          best = tiledBest[threadIdx.x];
         } else {
-          CompareT<LowT> bestD{};
-          for (int j = 0; j < k; ++j) {
-            const LowT dot = dotProduct<LowT>(x, cl + j * d, d);
-            const CompareT<LowT> dj =
-                convert<CompareT<LowT>>(expandedDistance<LowT>(xx, ccl[j], dot).distance);
-            if (j == 0 || closer(dj, bestD)) bestD = dj, best = j;
+          LowT x[kDim];
+          const LowT* xr = a.xl + i * d;
+          for (int q = 0; q < d; ++q) x[q] = xr[q];
+          const LowT xx = squaredNorm<LowT>(x, d);
+          if constexpr (kFallback) {
+            H xh[kDim];
+            const WT* wr = a.xw + i * d;
+            for (int q = 0; q < d; ++q) xh[q] = convert<H>(wr[q]);
+            H bestD{};
+            for (int j = 0; j < k; ++j) {
+              const LowT dot = dotProduct<LowT>(x, cl + j * d, d);
+              bool fell = false;
+              const H dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xx, ccl[j], dot), xh,
+                                                  ch + j * d, d, a.factor, &fell);
+              fallbacks += fell;
+              if (j == 0 || closer(dj, bestD)) bestD = dj, best = j;
+            }
+          } else {
+            CompareT<LowT> bestD{};
+            for (int j = 0; j < k; ++j) {
+              const LowT dot = dotProduct<LowT>(x, cl + j * d, d);
+              const CompareT<LowT> dj =
+                  convert<CompareT<LowT>>(expandedDistance<LowT>(xx, ccl[j], dot).distance);
+              if (j == 0 || closer(dj, bestD)) bestD = dj, best = j;
+            }
           }
         }
         label = best;
@@ -2046,7 +2144,8 @@ __device__ void publish(const A& a, int it, int cancel, const TraceEntry& e) {
 /// loads the loop state first; with K D <= kUpdateStage each thread computes its entries' new
 /// value, copies and shift terms at once (centreShiftTerms, kept in shared memory), then thread 0
 /// adds the terms in index order (relativeCentreShift's order) and writes the trace entry while
-/// the other warps compute the low norms from a shared copy of the low centres.
+/// the other warps compute the low norms from a shared copy of the low centres. Larger K D goes
+/// through the same steps a stage of kUpdateStage entries at a time.
 template <class A>
 __device__ void update(const A& a, unsigned char* smem) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
@@ -2092,14 +2191,37 @@ __device__ void update(const A& a, unsigned char* smem) {
         a.ccl[j] = squaredNorm<LowT>(low + j * a.d, a.d);
     }
   } else {
-    for (int e = threadIdx.x; e < kd; e += blockDim.x)
-      a.cwNew[e] = updatedCentre(a.sums[e], a.counts[e / a.d], a.cw[e]);
-    __syncthreads();
-    if (threadIdx.x == 0) t.shift = relativeCentreShift<WT>(a.cw, a.cwNew, kd);
-    __syncthreads();
-    for (int e = threadIdx.x; e < kd; e += blockDim.x) a.cw[e] = a.cwNew[e];
-    __syncthreads();
-    prepareCentres(a);
+    // The same in stages of kUpdateStage entries: the block computes a stage's values, copies
+    // and terms, thread 0 adds the terms in index order (from shared memory, not a dependent
+    // global load per entry: at K D = 64 000, 2.6 ms against the pass's 2.3), then the norms.
+    double* moved = reinterpret_cast<double*>(smem);
+    double* size = moved + kUpdateStage;
+    double m = 0.0, z = 0.0;
+    for (int base = 0; base < kd; base += kUpdateStage) {
+      const int n = min(kUpdateStage, kd - base);
+      for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        const int g = base + e;
+        const WT old = a.cw[g];
+        const WT v = updatedCentre(a.sums[g], a.counts[g / a.d], old);
+        a.cw[g] = v;
+        const ShiftTerms st = centreShiftTerms(old, v);
+        moved[e] = st.moved;
+        size[e] = st.size;
+        storeCentreCopies(a, g, v);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+#pragma unroll 8
+        for (int e = 0; e < n; ++e) {
+          m += moved[e];
+          z += size[e];
+        }
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) t.shift = centreShiftOfSums(m, z);
+    for (int j = threadIdx.x; j < a.k; j += blockDim.x)
+      a.ccl[j] = squaredNorm<LowT>(a.cl + j * a.d, a.d);
   }
   if (threadIdx.x == 0) {
     a.trace[it - 1] = t;
@@ -2240,9 +2362,19 @@ class Run final : public LloydRun {
           kWarps * (2 * kd * sizeof(WT) + std::size_t(k_) * sizeof(unsigned));
       const std::size_t centreBytes =
           kd * sizeof(LowT) + std::size_t(k_) * sizeof(LowT) + (kFallback ? kd * sizeof(H) : 0);
-      sharedAcc_ = accBytes + 16 <= kSharedLimit;
+      // Wide rows take the tiled assignment, whose stages are static shared memory: the dynamic
+      // part gets what they leave.
+      tiled_ = d_ >= kTiledMinD;
+      std::size_t limit = kSharedLimit;
+      if (tiled_) {
+        cudaFuncAttributes attr{};
+        KMSEG_CUDA_CHECK(
+            cudaFuncGetAttributes(&attr, assignKernel<LowT, HighT, WT, LabelT, 0, true>));
+        limit = attr.sharedSizeBytes < kSharedLimit ? kSharedLimit - attr.sharedSizeBytes : 0;
+      }
+      sharedAcc_ = accBytes + 16 <= limit;
       const std::size_t base = sharedAcc_ ? accBytes + 16 : 0;
-      sharedCentres_ = base + centreBytes <= kSharedLimit;
+      sharedCentres_ = base + centreBytes <= limit;
       shared_ = base + (sharedCentres_ ? centreBytes : 0);
 
       // Blocks of the assignment pass: enough to fill the device, few enough that the partials
@@ -2297,7 +2429,6 @@ class Run final : public LloydRun {
     KMSEG_CUDA_CHECK(cudaMemsetAsync(labels_.get(), 0, n_ * sizeof(LabelT), stream_.get()));
     KMSEG_CUDA_CHECK(cudaMemsetAsync(twoAgo_.get(), 0, n_ * sizeof(LabelT), stream_.get()));
     cw_ = track(DeviceBuffer<WT>(kd, "the centres"));
-    cwNew_ = track(DeviceBuffer<WT>(kd, "the new centres"));
     cInit_ = track(DeviceBuffer<WT>(kd, "the initial centres"));
     std::vector<WT> hc(kd);
     for (std::size_t i = 0; i < kd; ++i) hc[i] = WT(in.initialCentres.values[i]);
@@ -2331,7 +2462,6 @@ class Run final : public LloydRun {
     args_.labels = labels_.get();
     args_.twoAgo = twoAgo_.get();
     args_.cw = cw_.get();
-    args_.cwNew = cwNew_.get();
     args_.cInit = cInit_.get();
     args_.cl = cl_.get();
     args_.ccl = ccl_.get();
@@ -2621,6 +2751,13 @@ class Run final : public LloydRun {
         return;
       }
     }
+    if constexpr (DT == 0) {
+      if (tiled_) {
+        auto kernel = assignKernel<LowT, HighT, WT, LabelT, 0, true>;
+        KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
+        return;
+      }
+    }
     auto kernel = assignKernel<LowT, HighT, WT, LabelT, DT>;
     KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
   }
@@ -2769,7 +2906,8 @@ class Run final : public LloydRun {
   int d_ = 0, k_ = 0, maxIt_ = 0, device_ = 0;
   double dataMaxAbs_ = 0;  ///< largest magnitude in the data (countNormOverflows's hint)
   bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false, hostLoop_ = false;
-  int perSm_ = 0;  // the fast pass's resident blocks per SM
+  bool tiled_ = false;  // the generic pass labels by tiles (D >= kTiledMinD)
+  int perSm_ = 0;       // the fast pass's resident blocks per SM
   int fastSlotShift_ = 0;
   std::size_t shared_ = 0, chunk_ = 0;
   int blocks_ = 0;
@@ -2786,7 +2924,7 @@ class Run final : public LloydRun {
   DeviceBuffer<Box<kFastD>> boxes_;
   DeviceBuffer<WT> tileSums_;
   DeviceBuffer<unsigned> tileState_;
-  DeviceBuffer<WT> cw_, cwNew_, cInit_;
+  DeviceBuffer<WT> cw_, cInit_;
   DeviceBuffer<LowT> cl_, ccl_;
   DeviceBuffer<H> ch_;
   DeviceBuffer<WT> partialSum_;

@@ -2,8 +2,8 @@
 // The paper's distance kernel (section 6.1; `kmseg bench distances --backend cuda`): the squared
 // distance of every pair (row of P, row of C) as one mode computes it, written as a |P| x |C|
 // matrix. Each pair is evaluated with the shared formulas of distance.h, as the CPU engine's
-// pairDistances does, so both give the same values bit for bit; only the dot products of fp16
-// and bf16 run two pairs per packed instruction (__hfma2 rounds each lane as __hfma does).
+// pairDistances does, so both give the same values bit for bit; the dot products are
+// tile_math.cuh's (two pairs per packed instruction in fp16 and bf16).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,23 +20,14 @@
 #include "kmseg/distance.h"
 #include "kmseg/error.h"
 #include "kmseg/experiments.h"
+#include "tile_math.cuh"
 
 namespace kmseg {
 namespace cuda {
 namespace {
 
-constexpr int kSide = 16;   // threads per side of the block: 16 x 16
-constexpr int kSlice = 32;  // features per shared-memory stage of the low-precision rows
-constexpr int kPad = 4;     // row padding of the stages: 8- or 16-byte rows, fewer bank conflicts
-constexpr int kThreads = kSide * kSide;
+using namespace tiles;
 
-// Points and centres per thread (kPer x kPer pairs) and per block (kTile). 4 x 4 keeps the
-// registers low enough for many resident blocks, which hide the stages' loads: in an earlier
-// build of this kernel on the H200, at the paper's size, 8 x 8 pairs per thread (103 registers
-// for fp32, two blocks per SM) took 0.69 ms in fp32 against 0.44, and 8 x 8 for fp16 0.43
-// against 0.35.
-constexpr int kPer = 4;
-constexpr int kTile = kSide * kPer;
 // Points of a thread per sweep of directTileKernel: two, fewer registers.
 constexpr int kRows = 2;
 // Features per stage of the direct formula's rows in H: the same bytes as a low stage.
@@ -44,78 +35,6 @@ template <class LowT, class H>
 inline constexpr int kSliceHOf = int(kSlice * sizeof(LowT) / sizeof(H)) > 0
                                      ? int(kSlice * sizeof(LowT) / sizeof(H))
                                      : 1;
-
-// The lanes of one packed instruction: two pairs for the 16-bit types, one otherwise.
-template <class T>
-struct Lanes {
-  using type = T;
-  static constexpr int count = 1;
-};
-template <>
-struct Lanes<__half> {
-  using type = __half2;
-  static constexpr int count = 2;
-};
-template <>
-struct Lanes<__nv_bfloat16> {
-  using type = __nv_bfloat162;
-  static constexpr int count = 2;
-};
-
-// One step of dotProduct's chain, acc = fma(x, c, acc), in every lane.
-template <class T>
-__device__ inline T fmaLanes(T x, T c, T acc) {
-  return Math<T>::fma(x, c, acc);
-}
-__device__ inline __half2 fmaLanes(__half2 x, __half2 c, __half2 acc) {
-  return __hfma2(x, c, acc);
-}
-__device__ inline __nv_bfloat162 fmaLanes(__nv_bfloat162 x, __nv_bfloat162 c, __nv_bfloat162 acc) {
-  return __hfma2(x, c, acc);
-}
-
-template <class T>
-__device__ inline typename Lanes<T>::type splat(T v) {
-  if constexpr (Lanes<T>::count == 1)
-    return v;
-  else
-    return {v, v};
-}
-template <class L, class T>
-__device__ inline T laneOf(L v, int lane) {
-  if constexpr (std::is_same_v<L, T>)
-    return v;
-  else
-    return lane ? v.y : v.x;
-}
-
-// v[0 .. n) = src[0 .. n) from shared memory in 16-byte loads, or 8-byte ones for 8 bytes (src
-// aligned to that size).
-template <int n, class T>
-__device__ inline void loadRow(const T* src, T (&v)[n]) {
-  using V = std::conditional_t<n * sizeof(T) % 16 == 0, uint4, uint2>;
-  static_assert(n * sizeof(T) % sizeof(V) == 0);
-  const V* s = reinterpret_cast<const V*>(src);
-  V* o = reinterpret_cast<V*>(v);
-#pragma unroll
-  for (int k = 0; k < int(n * sizeof(T) / sizeof(V)); ++k) o[k] = s[k];
-}
-
-// Rows [r0, r0 + kTile) x features [q0, q0 + width) of `rows` (row-major, d features, `end`
-// rows) into stage[q][r], zeros outside. A stage of packed S holds each value in both lanes.
-template <int kStageSlice, class S, class T>
-__device__ inline void fillStage(S (*stage)[kTile + kPad], const T* rows, long long r0,
-                                 long long end, int d, int q0, int width) {
-  const T zero = Math<T>::from(0.0);
-  for (int e = threadIdx.x; e < kTile * kStageSlice; e += kThreads) {
-    const int r = e / kStageSlice, q = e % kStageSlice;
-    const T v = q < width && r0 + r < end ? rows[(r0 + r) * d + q0 + q] : zero;
-    if constexpr (std::is_same_v<S, T>)
-      stage[q][r] = v;
-    else
-      stage[q][r] = splat(v);
-  }
-}
 
 template <class LowT, class HighT>
 struct DistanceArgs {
@@ -172,8 +91,7 @@ __global__ void __launch_bounds__(kThreads)
   using L = typename Lanes<LowT>::type;
   constexpr int kLanes = Lanes<LowT>::count;
   constexpr int kPacks = kPer / kLanes;
-  // The points' stage holds each value in both lanes of a packed type (no splat per step).
-  __shared__ __align__(16) unsigned char smem[kSlice * (kTile + kPad) * (sizeof(L) + sizeof(LowT))];
+  __shared__ __align__(16) unsigned char smem[kStageBytes<LowT>];
   __shared__ unsigned blockFell;
 
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
@@ -184,34 +102,7 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) blockFell = 0;
 
   L acc[kPer][kPacks];
-#pragma unroll
-  for (int m = 0; m < kPer; ++m)
-#pragma unroll
-    for (int t = 0; t < kPacks; ++t) acc[m][t] = splat(Math<LowT>::from(0.0));
-
-  {
-    auto* xs = reinterpret_cast<L(*)[kTile + kPad]>(smem);
-    auto* cs = reinterpret_cast<LowT(*)[kTile + kPad]>(xs + kSlice);
-    for (int q0 = 0; q0 < d; q0 += kSlice) {
-      const int width = min(kSlice, d - q0);
-      fillStage<kSlice>(xs, a.pl, p0, pEnd, d, q0, width);
-      fillStage<kSlice>(cs, a.cl, c0, a.cRows, d, q0, width);
-      __syncthreads();
-      // Only the slice's features: a padded zero would add fma(0, 0, acc), which can turn -0
-      // into +0.
-#pragma unroll 4
-      for (int q = 0; q < width; ++q) {
-        L x[kPer], c[kPacks];  // c: centres 2t and 2t + 1 in the lanes of a packed type
-        loadRow(&xs[q][ty * kPer], x);
-        loadRow(reinterpret_cast<const L*>(&cs[q][tx * kPer]), c);
-#pragma unroll
-        for (int m = 0; m < kPer; ++m)
-#pragma unroll
-          for (int t = 0; t < kPacks; ++t) acc[m][t] = fmaLanes(x[m], c[t], acc[m][t]);
-      }
-      __syncthreads();
-    }
-  }
+  tileDots<LowT>(acc, smem, a.pl, p0, pEnd, a.cl, c0, a.cRows, d);
 
   // The expanded distances; in a mixed mode the pairs that fall back are marked instead.
   unsigned fellMask = 0;  // bit m kPer + n: pair (m, n) falls back
@@ -315,7 +206,7 @@ __global__ void __launch_bounds__(kThreads)
   using H = typename A::H;
   using L = typename Lanes<LowT>::type;
   constexpr int kSliceH = kSliceHOf<LowT, H>;
-  __shared__ __align__(16) unsigned char smem[kSlice * (kTile + kPad) * (sizeof(L) + sizeof(LowT))];
+  __shared__ __align__(16) unsigned char smem[kStageBytes<LowT>];
   auto* xs = reinterpret_cast<H(*)[kTile + kPad]>(smem);
   auto* cs = xs + kSliceH;
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;

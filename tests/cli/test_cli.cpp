@@ -278,6 +278,7 @@ TEST(Cli, BenchBlobsComparesEveryModeWithTheReference) {
   ASSERT_EQ(json["runs"].size(), 3u);  // the reference and two modes
   EXPECT_EQ(json["runs"][0]["mode"], "reference");
   EXPECT_EQ(json["runs"][0]["speedup_vs_fp64"], 1.0);
+  EXPECT_EQ(json["runs"][0]["device_seconds"], -1.0);  // --backend cpu: no device time
   EXPECT_EQ(json["runs"][2]["mode"], "fp16>fp32");
   EXPECT_GT(json["runs"][2]["fallback_ratio"].get<double>(), 0.0);
   // The same blobs through the library: the reference's SSE and iterations.

@@ -319,6 +319,15 @@ TEST_P(CudaEveryMode, MatchesCpuOnGenericD) {
   compareEngines(blobs(5003, 7, 6, 0.1, 9), 8, GetParam(), 4, "blobs D=7");
 }
 
+// Wide rows take the tiled assignment (D >= 16): K across two centre tiles (64 + 6), D across
+// two feature stages (32 + 8), N not a multiple of the 256-point tile; and D = 128 with a
+// centre tile of its own, to convergence.
+TEST_P(CudaEveryMode, MatchesCpuOnWideRows) {
+  KMSEG_REQUIRE_GPU();
+  compareEngines(blobs(1500 + 13, 40, 70, 0.1, 9), 70, GetParam(), 4, "blobs D=40", 0, false);
+  compareEngines(blobs(777, 128, 9, 0.1, 10), 9, GetParam(), 5, "blobs D=128");
+}
+
 TEST_P(CudaEveryMode, Deterministic) {
   KMSEG_REQUIRE_GPU();
   const Photo coffee = photo("samples/coffee.png");

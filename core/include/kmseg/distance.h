@@ -5,6 +5,8 @@
 // (DESIGN.md section 3). Each function spells the exact sequence of rounded operations; the CPU
 // engine calls them with emulated or native number types, the CUDA engine with device types.
 
+#include <type_traits>
+
 #include "kmseg/arith.h"
 #include "kmseg/config.h"
 #include "kmseg/precision.h"
@@ -52,14 +54,20 @@ KMSEG_HOST_DEVICE inline Expanded<T> expandedDistance(T xx, T cc, T dot) {
   return {s, M::sub(s, M::mul(M::from(2.0), dot))};
 }
 
-/// Direct squared distance sum_i (x_i - c_i)^2 in H from values already converted to H:
-/// acc = 0; t = x_i - c_i; acc = fma(t, t, acc).
-template <class H>
-KMSEG_HOST_DEVICE inline H directDistance(const H* x, const H* c, int d) {
+/// Direct squared distance sum_i (x_i - c_i)^2 in H: acc = 0; t = x_i - c_i; acc = fma(t, t, acc).
+/// `c` is already in H; `x` is in H too, or in another type XT (the working-precision row), each
+/// value then converted to H first, as a row copied to H would hold it.
+template <class H, class XT = H>
+KMSEG_HOST_DEVICE inline H directDistance(const XT* x, const H* c, int d) {
   using M = Math<H>;
   H acc = M::from(0.0);
   for (int i = 0; i < d; ++i) {
-    const H t = M::sub(x[i], c[i]);
+    H xi;
+    if constexpr (std::is_same_v<XT, H>)
+      xi = x[i];
+    else
+      xi = convert<H>(x[i]);
+    const H t = M::sub(xi, c[i]);
     acc = M::fma(t, t, acc);
   }
   return acc;
