@@ -376,6 +376,11 @@ std::unique_ptr<DeviceDistances> makeFor(Mode mode, double rho, Precision workin
 std::unique_ptr<DeviceDistances> makeDeviceDistances(Mode mode, double rho, Precision working,
                                                      const Matrix& p, const Matrix& c) {
   checkDistanceInputs(rho, p, c);
+  if (c.rows > kCudaMaxDistanceCentres)
+    throw InvalidArgument("cudaPairDistances: C has " + std::to_string(c.rows) +
+                          " rows; the distance kernel takes at most " +
+                          std::to_string(kCudaMaxDistanceCentres) +
+                          " (65535 blocks of 64 centres)");
   std::string why;
   const auto devices = cudaDevices(&why);
   if (devices.empty()) throw BackendError("the CUDA backend is not available: " + why);

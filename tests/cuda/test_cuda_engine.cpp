@@ -855,6 +855,20 @@ TEST(CudaDistances, MeasureAsTheCpuChunkByChunk) {
   EXPECT_THROW(cudaPairDistances(Mode::Fp32, 2.0, Precision::Fp32, p2, c2), InvalidArgument);
 }
 
+// More rows of C than the kernel's grid takes: refused before any device call, with or without a
+// device (runs in CI).
+TEST(CudaDistancesBadInput, TooManyCentresAreRefusedUpFront) {
+  const Matrix p = randomData(2, 1, 1), c = randomData(kCudaMaxDistanceCentres + 1, 1, 2);
+  try {
+    cudaPairDistances(Mode::Fp32, 5.0, Precision::Fp32, p, c);
+    ADD_FAILURE() << "no InvalidArgument for " << c.rows << " rows of C";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(kCudaMaxDistanceCentres)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Without a device the distance kernel says why instead of failing later (runs in CI).
 TEST(CudaDistancesWithoutDevice, SayWhy) {
   if (haveDevice()) GTEST_SKIP() << "a CUDA device answers";

@@ -74,10 +74,14 @@ double measureCudaCopyBandwidth(std::size_t bytes = std::size_t(1) << 30);
 /// (row of P, row of C) as `mode` computes it, row-major |P| x |C| and widened to double, with
 /// the fallback count in `*fallbacks` (when not null). The same values as core's pairDistances,
 /// bit for bit: the same shared formulas, the rows rounded to `working` and then to the mode's
-/// precisions. Any width D. Throws as pairDistances, and BackendError when no device answers or
+/// precisions. Any width D; at most kCudaMaxDistanceCentres rows of C (InvalidArgument beyond,
+/// before any device call). Throws as pairDistances, and BackendError when no device answers or
 /// a CUDA step fails (out of memory included).
 std::vector<double> cudaPairDistances(Mode mode, double rho, Precision working, const Matrix& p,
                                       const Matrix& c, std::int64_t* fallbacks = nullptr);
+
+/// Most rows of C the distance kernel takes (its grid's second dimension, 64 centres a block).
+inline constexpr std::size_t kCudaMaxDistanceCentres = std::size_t(65535) * 64;
 
 /// Pairs per chunk of P's rows on the device (2^24: 128 MiB of fp64 distances), more than the
 /// CPU's chunks, so that the paper's 25 M pairs take two launches of several waves each.
