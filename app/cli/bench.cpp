@@ -139,11 +139,6 @@ std::vector<Mode> benchModes(const BenchOptions& o) {
   return modes;
 }
 
-double medianOf(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
 void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
   cmd.add_option("SUITE", o.suite,
                  "cpu: the CPU engine (fp64, fp32) against cv::kmeans; gpu: every mode on the CUDA "

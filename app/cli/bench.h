@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kmseg/median.h"
 #include "kmseg/mode.h"
 
 namespace kmseg::cli {
@@ -35,8 +36,6 @@ struct BenchOptions {
 std::vector<int> benchClusters(const BenchOptions& o);
 /// The modes a suite runs: --modes, or all nine.
 std::vector<Mode> benchModes(const BenchOptions& o);
-/// The median of `values` (the upper one of an even count); `values` must not be empty.
-double medianOf(std::vector<double> values);
 
 /// Limits of the paper's suites: --dim up to the CUDA engine's D; distances --points up to
 /// 2^16 (2^32 pairs per set); blobs up to 2^28 feature values (2 GiB in fp64).

@@ -12,6 +12,7 @@
 #include "kmseg/cuda_engine.h"
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
+#include "kmseg/median.h"
 #include "kmseg/pair_distance.h"
 #include "lloyd_run.h"
 
@@ -169,8 +170,7 @@ double measureCudaCopyBandwidth(std::size_t bytes) {
     KMSEG_CUDA_CHECK(cudaEventSynchronize(t1.get()));
     if (rep >= 0) ms.push_back(t1.since(t0));
   }
-  std::sort(ms.begin(), ms.end());
-  return 2.0 * double(bytes) / (1e-3 * ms[ms.size() / 2]);
+  return 2.0 * double(bytes) / (1e-3 * medianOf(ms));
 }
 
 }  // namespace kmseg

@@ -45,6 +45,7 @@
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
 #include "kmseg/lloyd_rules.h"
+#include "kmseg/median.h"
 #include "kmseg/mode.h"
 #include "launch_shape.h"
 #include "lloyd_run.h"
@@ -2630,8 +2631,7 @@ class Run final : public LloydRun {
       KMSEG_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
       if (rep >= 0) ms.push_back(stop_.since(start_));
     }
-    std::sort(ms.begin(), ms.end());
-    t.msFullRun = ms[ms.size() / 2];
+    t.msFullRun = medianOf(ms);
     DeviceState s{};
     KMSEG_CUDA_CHECK(cudaMemcpy(&s, state_.get(), sizeof s, cudaMemcpyDeviceToHost));
     t.iterations = s.iteration;

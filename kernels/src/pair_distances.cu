@@ -20,6 +20,7 @@
 #include "kmseg/distance.h"
 #include "kmseg/error.h"
 #include "kmseg/experiments.h"
+#include "kmseg/median.h"
 #include "tile_math.cuh"
 
 namespace kmseg {
@@ -443,8 +444,7 @@ DistanceAccuracy cudaMeasureDistances(Mode mode, double rho, Precision working, 
     KMSEG_CUDA_CHECK(cudaEventSynchronize(t1.get()));
     ms.push_back(t1.since(t0));
   }
-  std::sort(ms.begin(), ms.end());
-  total.seconds = 1e-3 * double(ms[ms.size() / 2]);
+  total.seconds = 1e-3 * double(medianOf(ms));
   return total;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kmseg/error.h"
+#include "kmseg/median.h"
 #include "kmseg/metrics.h"
 
 namespace {
@@ -43,6 +44,17 @@ bool isPermutation(std::vector<int> v) {
   for (std::size_t i = 0; i < v.size(); ++i)
     if (v[i] != int(i)) return false;
   return true;
+}
+
+// The benchmarks' median: the middle value of an odd count, the upper middle one of an even
+// count, whatever the order of the values.
+TEST(Median, MiddleOrUpperMiddleValue) {
+  EXPECT_EQ(kmseg::medianOf(std::vector<double>{3.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(kmseg::medianOf(std::vector<double>{4.0, 1.0, 3.0, 2.0}), 3.0);
+  EXPECT_EQ(kmseg::medianOf(std::vector<float>{5.0f}), 5.0f);
+  const std::vector<double> kept{9.0, 7.0, 8.0};
+  EXPECT_EQ(kmseg::medianOf(kept), 8.0);
+  EXPECT_EQ(kept, (std::vector<double>{9.0, 7.0, 8.0}));  // the caller's vector is not sorted
 }
 
 TEST(Hungarian, MatchesBruteForceOnRandomMatrices) {
