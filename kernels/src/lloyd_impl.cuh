@@ -11,10 +11,10 @@
 // One iteration is one pass of the graph's loop body:
 //   assignKernel  -> labels, changed / fallback / 2-cycle counts, per-block centroid partials
 //   reduceKernel  -> per-cluster sums and counts (fixed-order tree over the block partials)
-//   reseedKernel  -> empty-cluster re-seeding (sets the IF condition when it moved a point);
-//                    when nothing was re-seeded, the update: new centres, shift, stop test,
-//                    next iteration's low/high centre copies
-//   IF { assignKernel (sums only), reduceKernel, updateKernel }
+//   checkEmptyKernel -> sets the IF condition when a cluster is empty; otherwise the update:
+//                    new centres, shift, stop test, next iteration's low/high centre copies
+//   IF { reseedListKernel, reseedPickKernel (empty-cluster re-seeding),
+//        assignKernel (sums only), reduceKernel, updateKernel }
 //   [sseKernel -> publishKernel]  when the trace wants the SSE
 // The kernel that completes the iteration (the update, or publishKernel with the SSE trace)
 // writes its trace entry to device memory and to pinned mapped host memory, reads the cancel
@@ -62,11 +62,9 @@ inline constexpr int kOneBlockThreads = 1024;
 // Centre entries (K D) up to which update() keeps the shift terms and the low centres in shared
 // memory (two doubles and one low value, at most a double, per entry).
 inline constexpr int kUpdateStage = 1024;
-// Shared memory of the kernels that run update(): its staging arrays, or reseedKernel's argmax
-// buffers, which are done with before update() starts.
+// Shared memory of the kernels that run update(): its staging arrays.
 template <class WT>
-inline constexpr std::size_t kUpdateShared =
-    std::max(kUpdateStage * 3 * sizeof(double), kOneBlockThreads*(sizeof(WT) + sizeof(long long)));
+inline constexpr std::size_t kUpdateShared = kUpdateStage * 3 * sizeof(double);
 // Dynamic shared memory the assignment kernel may use without opting in (48 KiB) less room
 // for its static shared variables.
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
@@ -134,6 +132,7 @@ struct DeviceState {
   unsigned long long fallbacks;  // fallback evaluations of this iteration
   unsigned long long cycleDiff;  // labels that differ from those two iterations earlier
   long long empty;               // re-seeding events of this iteration
+  int reseeding;                 // 1 from checkEmptyKernel to the update: a cluster is empty
   int iteration;                 // completed iterations
   int stop;                      // 1 once the stop test said so
   int reason;                    // StopReason
@@ -222,6 +221,13 @@ struct Args {
   // kTileReadRows, the rows were read although the tile had one winner).
   WT* tileSums;
   unsigned* tileState;
+  // Re-seeding's candidate lists (reseedListKernel): list b holds up to reseedList points, the
+  // farthest first, at reseedI / reseedD[b reseedList ...], and reseedLen[b] their count, plus
+  // kReseedMore when block b had eligible points beyond them; reseedBlocks lists.
+  long long* reseedI;
+  WT* reseedD;
+  int* reseedLen;
+  int reseedBlocks, reseedList;
   int traceSse, detectCycles;
   int hostLoop;  // 1: the host drives the loop (no graph, no conditional nodes to set)
   double tolerance;
@@ -2050,72 +2056,242 @@ __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) 
 template <class A>
 __device__ void update(const A& a, unsigned char* smem);
 
-/// Re-seeds empty clusters (lloyd_rules.h: fartherCandidate) in ascending order, each with the
-/// point farthest (direct formula in W) from the centre it was assigned to, among points whose
-/// cluster keeps another member. One block; the argmax is a total order, so the choice does not
-/// depend on the reduction order. Sets the IF condition when a point moved.
-template <class LowT, class HighT, class WT, class LabelT>
-__global__ void __launch_bounds__(kOneBlockThreads) reseedKernel(Args<LowT, HighT, WT, LabelT> a) {
+// ---- re-seeding -----------------------------------------------------------------------------
+//
+// Empty clusters are re-seeded in ascending order, each with the farthest eligible point: the
+// point farthest (direct formula in W) from the centre it was assigned to, ties to the lowest
+// index (lloyd_rules.h: fartherCandidate), among points whose cluster keeps another member. A
+// point's distance does not change while clusters are re-seeded (its label and centre stay), and
+// a point that is not eligible stays so (counts only fall, and a re-seeded point is alone in its
+// cluster), so the re-seeded points are the first eligible ones of one fixed order, eligibility
+// checked as they come. reseedListKernel orders the points by blocks: each block keeps its
+// farthest ones in order; reseedPickKernel merges the blocks' lists, checks eligibility as it
+// goes, and falls back to scanning every point (one block, per cluster) only when a list runs out
+// while its block had more points: both give the sequential scan's choices.
+
+inline constexpr int kReseedThreads = 256;
+inline constexpr int kReseedKeep = 4;  // points each thread keeps, in order
+inline constexpr int kReseedSortSize = kReseedThreads * kReseedKeep;
+inline constexpr int kReseedList = 32;               // default list length per block
+inline constexpr int kReseedMore = 1 << 16;          // reseedLen flag: the block had more points
+inline constexpr long long kReseedLast = 1ll << 62;  // sort key flag, see reseedListKernel
+
+/// Whether candidate (da, ia) comes before (db, ib) in re-seeding order; an index < 0 is no
+/// candidate and comes last. Indices may carry kReseedLast.
+template <class WT>
+__device__ inline bool reseedBefore(WT da, long long ia, WT db, long long ib) {
+  if (ia < 0) return false;
+  if (ib < 0) return true;
+  return fartherCandidate(da, ia & ~kReseedLast, db, ib & ~kReseedLast);
+}
+
+/// Sets the IF condition when a cluster is empty; otherwise runs the update (one launch less per
+/// iteration). One block.
+template <class A>
+__global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
+  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
   __shared__ __align__(16) unsigned char buf[kUpdateShared<WT>];
-  long long* bestI = reinterpret_cast<long long*>(buf);
-  WT* bestD = reinterpret_cast<WT*>(buf + kOneBlockThreads * sizeof(long long));
-  __shared__ int anyEmpty;
-  if (threadIdx.x == 0) anyEmpty = 0;
-  __syncthreads();
-  for (int j = threadIdx.x; j < a.k; j += blockDim.x)
-    if (a.counts[j] == 0) anyEmpty = 1;
-  __syncthreads();
-  long long events = 0;
-  if (anyEmpty) {
-    for (int j = 0; j < a.k; ++j) {
-      if (a.counts[j] != 0) continue;  // uniform: counts change only between barriers
-      WT bd = WT(-1);
-      long long bi = -1;
-      for (long long i = threadIdx.x; i < a.n; i += blockDim.x) {
-        const int li = a.labels[i];
-        if (a.counts[li] <= 1) continue;
-        const WT di = directDistance<WT>(a.xw + i * a.d, a.cw + std::size_t(li) * a.d, a.d);
-        if (bi < 0 || fartherCandidate(di, i, bd, bi)) bd = di, bi = i;
+  int empty = 0;
+  for (int j = threadIdx.x; j < a.k; j += blockDim.x) empty |= a.counts[j] == 0;
+  empty = __syncthreads_or(empty);
+  if (threadIdx.x == 0) {
+    a.state->reseeding = empty;
+    if (!a.hostLoop) cudaGraphSetConditional(a.ifHandle, empty ? 1u : 0u);
+  }
+  if (!empty) update(a, buf);
+}
+
+/// Block b's list of re-seeding candidates. Each thread keeps its kReseedKeep farthest eligible
+/// points (grid-stride), in order; the block sorts the kReseedSortSize kept points (bitonic, in
+/// shared memory) and writes the first ones up to the list length. A thread that saw more points
+/// than it kept marks its last kept one (kReseedLast): the block's order is sure up to the first
+/// marked point (any point it left out comes after it), and the list ends there.
+template <class A>
+__global__ void __launch_bounds__(kReseedThreads) reseedListKernel(A a) {
+  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
+  if (!a.state->reseeding) return;
+  __shared__ WT sd[kReseedSortSize];
+  __shared__ long long si[kReseedSortSize];
+  __shared__ int cut, valid;
+  if (threadIdx.x == 0) cut = kReseedSortSize, valid = 0;
+  WT d[kReseedKeep];
+  long long id[kReseedKeep];
+#pragma unroll
+  for (int t = 0; t < kReseedKeep; ++t) d[t] = WT(0), id[t] = -1;
+  bool more = false;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride) {
+    const int li = a.labels[i];
+    if (a.counts[li] <= 1) continue;
+    WT cd = directDistance<WT>(a.xw + i * a.d, a.cw + std::size_t(li) * a.d, a.d);
+    long long ci = i;
+#pragma unroll
+    for (int t = 0; t < kReseedKeep; ++t) {
+      if (ci >= 0 && (id[t] < 0 || fartherCandidate(cd, ci, d[t], id[t]))) {
+        const WT td = d[t];
+        const long long ti = id[t];
+        d[t] = cd, id[t] = ci;
+        cd = td, ci = ti;
       }
-      bestD[threadIdx.x] = bd;
-      bestI[threadIdx.x] = bi;
-      __syncthreads();
-      for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-          const long long oi = bestI[threadIdx.x + s];
-          if (oi >= 0 && (bestI[threadIdx.x] < 0 ||
-                          fartherCandidate(bestD[threadIdx.x + s], oi, bestD[threadIdx.x],
-                                           bestI[threadIdx.x]))) {
-            bestD[threadIdx.x] = bestD[threadIdx.x + s];
-            bestI[threadIdx.x] = oi;
-          }
+    }
+    more |= ci >= 0;  // a point dropped off the end
+  }
+  int kept = 0;
+#pragma unroll
+  for (int t = 0; t < kReseedKeep; ++t) {
+    sd[threadIdx.x * kReseedKeep + t] = d[t];
+    si[threadIdx.x * kReseedKeep + t] = id[t] | (t == kReseedKeep - 1 && more ? kReseedLast : 0);
+    kept += id[t] >= 0;
+  }
+  __syncthreads();
+  if (kept) atomicAdd(&valid, kept);
+  for (int size = 2; size <= kReseedSortSize; size <<= 1) {
+    for (int half = size >> 1; half > 0; half >>= 1) {
+      for (int p = threadIdx.x; p < kReseedSortSize; p += blockDim.x) {
+        const int q = p ^ half;
+        if (q <= p) continue;
+        const bool swap = (p & size) == 0 ? reseedBefore(sd[q], si[q], sd[p], si[p])
+                                          : reseedBefore(sd[p], si[p], sd[q], si[q]);
+        if (swap) {
+          const WT td = sd[p];
+          const long long ti = si[p];
+          sd[p] = sd[q], si[p] = si[q];
+          sd[q] = td, si[q] = ti;
         }
-        __syncthreads();
       }
-      const long long pick = bestI[0];
-      if (pick < 0) break;  // cannot happen for K <= N
-      if (threadIdx.x == 0) {
-        --a.counts[a.labels[pick]];
-        a.labels[pick] = LabelT(j);
-        // The picked point's tile no longer has one label: the state must follow the label
-        // arrays, or a tile with one winner could take its labels as unchanged.
-        if (a.tileState) a.tileState[tileOfPoint(a, pick)] = kNoTileLabel * 0x10001u;
-        a.counts[j] = 1;
-      }
-      ++events;
       __syncthreads();
     }
   }
-  if (threadIdx.x == 0) {
-    a.state->empty = events;
-    if (!a.hostLoop) cudaGraphSetConditional(a.ifHandle, events > 0 ? 1u : 0u);
+  for (int p = threadIdx.x; p < kReseedSortSize; p += blockDim.x)
+    if (si[p] >= 0 && (si[p] & kReseedLast)) atomicMin(&cut, p);
+  __syncthreads();
+  const int sure = cut < kReseedSortSize ? cut + 1 : valid;
+  const int len = min(sure, a.reseedList);
+  const std::size_t base = std::size_t(blockIdx.x) * a.reseedList;
+  for (int p = threadIdx.x; p < len; p += blockDim.x) {
+    a.reseedD[base + p] = sd[p];
+    a.reseedI[base + p] = si[p] & ~kReseedLast;
   }
-  // Without re-seeding the sums stand: the update follows in this kernel (one launch less per
-  // iteration); otherwise the IF branch recomputes the sums and runs updateKernel.
-  if (events == 0) {
+  if (threadIdx.x == 0)
+    a.reseedLen[blockIdx.x] = len | (cut < kReseedSortSize || sure > len ? kReseedMore : 0);
+}
+
+/// The farthest eligible point by a scan of every point (one block; the argmax is a total order,
+/// so the choice does not depend on the reduction order), or -1 when there is none. Block-uniform.
+template <class A, class WT>
+__device__ long long farthestByScan(const A& a, WT* bestD, long long* bestI) {
+  WT bd = WT(-1);
+  long long bi = -1;
+  for (long long i = threadIdx.x; i < a.n; i += blockDim.x) {
+    const int li = a.labels[i];
+    if (a.counts[li] <= 1) continue;
+    const WT di = directDistance<WT>(a.xw + i * a.d, a.cw + std::size_t(li) * a.d, a.d);
+    if (bi < 0 || fartherCandidate(di, i, bd, bi)) bd = di, bi = i;
+  }
+  bestD[threadIdx.x] = bd;
+  bestI[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const long long oi = bestI[threadIdx.x + s];
+      if (oi >= 0 &&
+          (bestI[threadIdx.x] < 0 ||
+           fartherCandidate(bestD[threadIdx.x + s], oi, bestD[threadIdx.x], bestI[threadIdx.x]))) {
+        bestD[threadIdx.x] = bestD[threadIdx.x + s];
+        bestI[threadIdx.x] = oi;
+      }
+    }
     __syncthreads();
-    update(a, buf);
   }
+  const long long pick = bestI[0];
+  __syncthreads();
+  return pick;
+}
+
+/// Re-seeds the empty clusters from reseedListKernel's lists (see above), and records the
+/// events. Thread b < reseedBlocks holds list b's head. One block.
+template <class A>
+__global__ void __launch_bounds__(kOneBlockThreads) reseedPickKernel(A a) {
+  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
+  using LabelT = std::remove_cv_t<std::remove_pointer_t<decltype(a.labels)>>;
+  static_assert(kOneBlockThreads == 32 * 32);
+  if (!a.state->reseeding) return;
+  __shared__ WT bestD[kOneBlockThreads];
+  __shared__ long long bestI[kOneBlockThreads];
+  __shared__ long long chosen;
+  __shared__ int chosenList;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int len = 0, head = 0;
+  bool more = false;
+  WT hd = WT(0);
+  long long hi = -1;
+  const std::size_t base = std::size_t(threadIdx.x) * a.reseedList;
+  if (threadIdx.x < a.reseedBlocks) {
+    const int v = a.reseedLen[threadIdx.x];
+    len = v & (kReseedMore - 1);
+    more = (v & kReseedMore) != 0;
+    if (len > 0) hd = a.reseedD[base], hi = a.reseedI[base];
+  }
+  bool merged = true;  // the lists still give the order; else scan
+  long long events = 0;
+  for (int j = 0; j < a.k; ++j) {
+    if (a.counts[j] != 0) continue;  // uniform: counts change only between barriers
+    long long pick = -1;
+    while (merged) {
+      if (__syncthreads_or(head == len && more)) {
+        merged = false;
+        break;
+      }
+      // The first head in order: per warp, then over the warps.
+      WT bd = hd;
+      long long bi = hi;
+      int bl = threadIdx.x;
+      for (int h = 16; h > 0; h >>= 1) {
+        const WT od = __shfl_down_sync(0xffffffffu, bd, h);
+        const long long oi = __shfl_down_sync(0xffffffffu, bi, h);
+        const int ol = __shfl_down_sync(0xffffffffu, bl, h);
+        if (reseedBefore(od, oi, bd, bi)) bd = od, bi = oi, bl = ol;
+      }
+      if (lane == 0) bestD[warp] = bd, bestI[warp] = bi, bestI[32 + warp] = bl;
+      __syncthreads();
+      if (warp == 0) {
+        bd = bestD[lane], bi = bestI[lane], bl = int(bestI[32 + lane]);
+        for (int h = 16; h > 0; h >>= 1) {
+          const WT od = __shfl_down_sync(0xffffffffu, bd, h);
+          const long long oi = __shfl_down_sync(0xffffffffu, bi, h);
+          const int ol = __shfl_down_sync(0xffffffffu, bl, h);
+          if (reseedBefore(od, oi, bd, bi)) bd = od, bi = oi, bl = ol;
+        }
+        if (lane == 0) chosen = bi, chosenList = bl;
+      }
+      __syncthreads();
+      const long long c = chosen;
+      if (c < 0) break;  // no eligible point (cannot happen for K <= N)
+      if (threadIdx.x == chosenList) {
+        ++head;
+        hi = -1;
+        if (head < len) hd = a.reseedD[base + head], hi = a.reseedI[base + head];
+      }
+      if (a.counts[a.labels[c]] > 1) {
+        pick = c;
+        break;
+      }
+    }
+    if (!merged) pick = farthestByScan(a, bestD, bestI);
+    if (pick < 0) break;
+    __syncthreads();  // every thread has read the counts and labels the pick changes
+    if (threadIdx.x == 0) {
+      --a.counts[a.labels[pick]];
+      a.labels[pick] = LabelT(j);
+      // The picked point's tile no longer has one label: the state must follow the label
+      // arrays, or a tile with one winner could take its labels as unchanged.
+      if (a.tileState) a.tileState[tileOfPoint(a, pick)] = kNoTileLabel * 0x10001u;
+      a.counts[j] = 1;
+    }
+    ++events;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) a.state->empty = events;
 }
 
 // The host's cancel flag, read from mapped memory. Kernels that publish read it when they start,
@@ -2235,17 +2411,17 @@ __device__ void update(const A& a, unsigned char* smem) {
     s.iteration = it;
     s.changed = s.fallbacks = s.cycleDiff = 0;
     s.empty = 0;
+    s.reseeding = 0;
     if (!a.traceSse) publish(a, it, cancel, t);
   }
 }
 
-/// update() as a kernel, for the iterations that re-seeded (`reseeded` = 1: it returns at once
-/// when nothing was re-seeded, so the host loop may launch it unconditionally) and for the generic
-/// loop. One block.
+/// update() as a kernel, for the iterations with an empty cluster (it returns at once when
+/// checkEmptyKernel ran the update, so the host loop may launch it unconditionally). One block.
 template <class A>
-__global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a, int reseeded) {
+__global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
-  if (reseeded && a.state->empty == 0) return;
+  if (!a.state->reseeding) return;
   __shared__ __align__(16) unsigned char buf[kUpdateShared<WT>];
   update(a, buf);
 }
@@ -2444,6 +2620,31 @@ class Run final : public LloydRun {
       scratch_ = track(DeviceBuffer<WT>(2 * kd * blocks_, "the centroid accumulators"));
       scratchCount_ =
           track(DeviceBuffer<unsigned>(std::size_t(k_) * blocks_, "the accumulator counts"));
+    }
+    {
+      // Re-seeding's candidate lists: a block per 8 points a thread, at most two per SM and one
+      // per thread of reseedPickKernel, 32 candidates each (KMSEG_CUDA_RESEED_LIST sets the
+      // length, for tests). They live in the centroid partials when those are large enough: the
+      // partials are free from their reduction to the IF branch's pass, which rewrites them.
+      const long long per = (long long)kReseedThreads * 8;
+      const long long rb = std::max(1ll, std::min<long long>(((long long)n_ + per - 1) / per,
+                                                             std::min(2 * sms, kOneBlockThreads)));
+      int list = kReseedList;
+      if (const char* e = std::getenv("KMSEG_CUDA_RESEED_LIST"); e && std::atoi(e) > 0)
+        list = std::min(std::atoi(e), kReseedSortSize);
+      const std::size_t entries = std::size_t(rb) * list;
+      const std::size_t bytes =
+          entries * (sizeof(long long) + sizeof(WT)) + std::size_t(rb) * sizeof(int);
+      unsigned char* mem = reinterpret_cast<unsigned char*>(partialSum_.get());
+      if (partialSum_.bytes() < bytes) {
+        reseedLists_ = track(DeviceBuffer<unsigned char>(bytes, "the re-seeding lists"));
+        mem = reseedLists_.get();
+      }
+      args_.reseedI = reinterpret_cast<long long*>(mem);
+      args_.reseedD = reinterpret_cast<WT*>(mem + entries * sizeof(long long));
+      args_.reseedLen = reinterpret_cast<int*>(mem + entries * (sizeof(long long) + sizeof(WT)));
+      args_.reseedBlocks = int(rb);
+      args_.reseedList = list;
     }
     sums_ = track(DeviceBuffer<WT>(kd, "the centroid sums"));
     counts_ = track(DeviceBuffer<long long>(k_, "the cluster counts"));
@@ -2705,22 +2906,25 @@ class Run final : public LloydRun {
     }
   }
 
-  // Loop body part 1: assignment, reduction, re-seeding.
+  // Loop body part 1: assignment, reduction, and the update unless a cluster is empty.
   void launchAssignReseed(cudaStream_t s) {
     launchAssign(s, 1);
     KMSEG_LAUNCH(reduceKernel<A>, reduceBlocks(), kReduceThreads, 0, s, args_, 1);
-    KMSEG_LAUNCH((reseedKernel<LowT, HighT, WT, LabelT>), 1, kOneBlockThreads, 0, s, args_);
+    KMSEG_LAUNCH(checkEmptyKernel<A>, 1, kOneBlockThreads, 0, s, args_);
   }
 
-  // The IF branch: the partial sums of the re-seeded labels and their reduction. Both kernels
-  // return at once when nothing was re-seeded.
+  // The IF branch: re-seeding, the partial sums of the re-seeded labels, their reduction and
+  // the update. Each kernel returns at once when no cluster was empty (or, for the sums, when
+  // nothing was re-seeded).
   void launchSumsAgain(cudaStream_t s) {
+    KMSEG_LAUNCH(reseedListKernel<A>, unsigned(args_.reseedBlocks), kReseedThreads, 0, s, args_);
+    KMSEG_LAUNCH(reseedPickKernel<A>, 1, kOneBlockThreads, 0, s, args_);
     launchAssign(s, 0);
     KMSEG_LAUNCH(reduceKernel<A>, reduceBlocks(), kReduceThreads, 0, s, args_, 0);
-    KMSEG_LAUNCH(updateKernel<A>, 1, kOneBlockThreads, 0, s, args_, 1);
+    KMSEG_LAUNCH(updateKernel<A>, 1, kOneBlockThreads, 0, s, args_);
   }
 
-  // Loop body part 2 (the update ran in reseedKernel or in the IF branch): with the SSE trace,
+  // Loop body part 2 (the update ran in checkEmptyKernel or in the IF branch): with the SSE trace,
   // the SSE, the trace entry and progress.
   void launchUpdate(cudaStream_t s) {
     if (in_.params.traceSse) {
@@ -2831,7 +3035,8 @@ class Run final : public LloydRun {
     chunk_ = std::size_t((n + blocks_ - 1) / blocks_);
   }
 
-  // Graph: reset -> WHILE { assign, reduce, reseed, IF { sums, reduce }, update, [sse, publish] }
+  // Graph: reset -> WHILE { assign, reduce, check, IF { reseed, sums, reduce, update },
+  //                        [sse, publish] }
   void buildGraph() {
     cudaGraph_t g = graph_.get();
     cudaStream_t s = stream_.get();
@@ -2931,6 +3136,7 @@ class Run final : public LloydRun {
   DeviceBuffer<unsigned> partialCount_;
   DeviceBuffer<WT> scratch_;
   DeviceBuffer<unsigned> scratchCount_;
+  DeviceBuffer<unsigned char> reseedLists_;  // when the partials cannot hold them
   DeviceBuffer<WT> sums_;
   DeviceBuffer<long long> counts_;
   DeviceBuffer<double> ssePartial_;

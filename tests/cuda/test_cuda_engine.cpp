@@ -561,6 +561,122 @@ TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
   }
 }
 
+// Sets an environment variable for a scope and restores it afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v, hadOld_ = true;
+    ::setenv(name, value, 1);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (hadOld_)
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool hadOld_ = false;
+};
+
+// The re-seeding rule applied by hand to the first assignment of `init` (fp64, direct formula,
+// ties to the lowest index): how many of the farthest points it passes over because an earlier
+// pick left their cluster with one member (points of one-member clusters are never candidates).
+std::int64_t firstReseedSkips(const Matrix& data, const Matrix& init) {
+  const std::size_t n = data.rows, d = data.cols, k = init.rows;
+  std::vector<std::size_t> label(n);
+  std::vector<double> dist(n);
+  std::vector<long long> count(k, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    double best = 0;
+    for (std::size_t j = 0; j < k; ++j) {
+      double s = 0;
+      for (std::size_t q = 0; q < d; ++q)
+        s += (data(i, q) - init(j, q)) * (data(i, q) - init(j, q));
+      if (j == 0 || s < best) best = s, label[i] = j;
+    }
+    dist[i] = best;
+    ++count[label[i]];
+  }
+  const std::vector<long long> initial = count;
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
+  });
+  std::int64_t skips = 0;
+  std::size_t next = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    if (count[j] != 0) continue;
+    while (next < n) {
+      const std::size_t i = order[next++];
+      if (count[label[i]] > 1) {
+        --count[label[i]];
+        label[i] = j;
+        count[j] = 1;
+        break;
+      }
+      skips += initial[label[i]] > 1;
+    }
+  }
+  return skips;
+}
+
+// Many clusters empty at once (the CUDA engine merges per-block lists of the farthest points,
+// and scans every point only when a list runs out): the CPU's re-seeding, point for point, in
+// the first iteration and over a run, at the fast pass's D and the tiled pass's, with one list
+// and with many, and with lists cut to 1 and 3 points (KMSEG_CUDA_RESEED_LIST), which sends
+// re-seeding to the scan: all bit for bit the same run.
+TEST(CudaEngine, ReseedsManyEmptyClustersAsTheCpu) {
+  KMSEG_REQUIRE_GPU();
+  struct Case {
+    const char* what;
+    std::size_t n, d;
+    int distinct, k;
+  };
+  auto cpu = makeCpuEngine(0);
+  auto gpu = makeCudaEngine();
+  for (const Case& c : {Case{"N=400, D=5, K=350 (small clusters)", 400, 5, 200, 350},
+                        Case{"N=30000, D=5, K=1000", 30000, 5, 600, 1000},
+                        Case{"N=30000, D=20, K=1000", 30000, 20, 500, 1000}}) {
+    SCOPED_TRACE(c.what);
+    const Matrix data = randomData(c.n, c.d, 41);
+    // Centres that are not data points (a cluster's points are then all at a distance from it),
+    // the first `distinct` repeated: clusters distinct .. k - 1 start empty, and maybe others.
+    const Matrix centres = randomData(std::size_t(c.distinct), c.d, 1041);
+    Matrix init(std::size_t(c.k), c.d);
+    for (std::size_t j = 0; j < init.rows; ++j)
+      for (std::size_t q = 0; q < c.d; ++q) init(j, q) = centres(j % centres.rows, q);
+    if (c.n == 400) EXPECT_GT(firstReseedSkips(data, init), 20);  // the case tests skipping
+    for (Mode mode : {Mode::Fp64, Mode::Fp32, Mode::Fp16Fp32}) {
+      SCOPED_TRACE(modeName(mode));
+      const KMeansParams p1 = paramsFor(mode, c.k, 1), p = paramsFor(mode, c.k, 10);
+      const KMeansResult a1 = cpu->run(data, init, p1), a = cpu->run(data, init, p);
+      ASSERT_EQ(a1.trace.size(), 1u);
+      EXPECT_GE(a1.trace[0].emptyClusters, c.k - c.distinct);
+      KMeansResult first;
+      for (const char* list : {"", "1", "3"}) {
+        SCOPED_TRACE(std::string("KMSEG_CUDA_RESEED_LIST=") + list);
+        ScopedEnv env("KMSEG_CUDA_RESEED_LIST", list);
+        const KMeansResult b1 = gpu->run(data, init, p1), b = gpu->run(data, init, p);
+        EXPECT_EQ(b1.labels, a1.labels);
+        EXPECT_EQ(b1.emptyClusterEvents, a1.emptyClusterEvents);
+        ASSERT_EQ(b.iterations, a.iterations);
+        for (std::size_t i = 0; i < a.trace.size(); ++i)
+          EXPECT_EQ(b.trace[i].emptyClusters, a.trace[i].emptyClusters) << "iteration " << i + 1;
+        EXPECT_LE(mismatchFraction(a.labels, b.labels), mode == Mode::Fp64 ? 1e-5 : 1e-3);
+        if (*list == 0)
+          first = b;
+        else
+          expectSameRun(b, first);
+      }
+    }
+  }
+}
+
 // Rows beyond fp16's range (squared norm over 65504; the general pass, since they exceed the
 // fast pass's magnitude bound): the CUDA engine completes, reports the same count as the CPU
 // engine, and in the mixed mode gives the CPU's labels (up to the suite's near-tie allowance).
@@ -587,24 +703,9 @@ TEST(CudaEngine, ReportsRowsBeyondTheLowPrecisionsRangeAsTheCpu) {
 // modes, at D = 5 (fast pass) and D = 7 (generic pass); progress and cancellation work too.
 // (Under a sanitizer the whole suite runs with KMSEG_CUDA_HOST_LOOP=1, since the sanitizers do not
 // follow graphs with conditional nodes; this guard then leaves the variable as it found it.)
-class HostLoopEnv {
+class HostLoopEnv : public ScopedEnv {
  public:
-  HostLoopEnv() {
-    if (const char* v = std::getenv("KMSEG_CUDA_HOST_LOOP")) old_ = v, hadOld_ = true;
-    ::setenv("KMSEG_CUDA_HOST_LOOP", "1", 1);
-  }
-  HostLoopEnv(const HostLoopEnv&) = delete;
-  HostLoopEnv& operator=(const HostLoopEnv&) = delete;
-  ~HostLoopEnv() {
-    if (hadOld_)
-      ::setenv("KMSEG_CUDA_HOST_LOOP", old_.c_str(), 1);
-    else
-      ::unsetenv("KMSEG_CUDA_HOST_LOOP");
-  }
-
- private:
-  std::string old_;
-  bool hadOld_ = false;
+  HostLoopEnv() : ScopedEnv("KMSEG_CUDA_HOST_LOOP", "1") {}
 };
 
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
