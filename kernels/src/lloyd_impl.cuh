@@ -443,8 +443,9 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
 /// one Kahan accumulator (sum, compensation, count) per warp.
 /// Determinism: each warp adds its 32 points to its accumulator in lane order (Kahan in W);
 /// at the end the block adds its warps' folded sums (sum - compensation) in warp order and
-/// writes them to partialSum[e * blocks + b]. Without shared accumulators the warps take turns
-/// on one accumulator in global scratch, in warp order. The order depends only on N, K, D.
+/// writes them to partialSum[e * blocks + b]. Without shared accumulators the block adds to one
+/// accumulator in global scratch in the same point order, the warps splitting the features. The
+/// order depends only on N, K, D.
 template <class LowT, class HighT, class WT, class LabelT, int DT, bool kTiled = false>
 __global__ void __launch_bounds__(kAssignThreads)
     assignKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
@@ -517,6 +518,8 @@ __global__ void __launch_bounds__(kAssignThreads)
   __shared__ __align__(16) unsigned char tiledStage[kTiledBytes];
   __shared__ LowT tiledNorms[kTiled ? tiles::kTile : 1];
   __shared__ int tiledBest[kTiled ? kAssignThreads : 1];
+  __shared__ int tileLabels[kAssignThreads];  // the tile's labels, for global accumulators
+  static_assert(kWarps * 31 >= kMaxD, "the counting thread must have no feature");
   for (long long tile = begin; tile < end; tile += kAssignThreads) {
     const long long i = tile + threadIdx.x;
     int label = -1;
@@ -591,10 +594,32 @@ __global__ void __launch_bounds__(kAssignThreads)
     if (a.sharedAcc) {
       accumulate();
     } else {
-      for (int w = 0; w < kWarps; ++w) {
-        if (w == warp) accumulate();
-        __syncthreads();
+      // One accumulator in global scratch: every warp adds all the tile's points in the same
+      // order (warp order, then lane order, as above), each to its own features (q = warp mod
+      // kWarps, one per lane), so the warps run at once and give the sums of warps taking turns
+      // bit for bit. The last thread of the last warp, which no feature needs (D <= 128), counts.
+      tileLabels[threadIdx.x] = label;
+      __syncthreads();
+      const int q = warp + kWarps * lane;
+      const bool counts = warp == kWarps - 1 && lane == 31;
+      if (q < d || counts) {
+        for (int l = 0; l < kAssignThreads; ++l) {
+          const int lab = tileLabels[l];
+          if (lab < 0) break;
+          if (counts) {
+            accCount[lab] += 1;
+            continue;
+          }
+          WT* sq = accSum + lab * d + q;
+          WT* cq = accComp + lab * d + q;
+          const WT sv = *sq;
+          const WT y = a.xw[(tile + l) * d + q] - *cq;
+          const WT t = sv + y;
+          *cq = (t - sv) - y;
+          *sq = t;
+        }
       }
+      __syncthreads();
     }
   }
   __syncthreads();
