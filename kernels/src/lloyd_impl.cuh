@@ -399,27 +399,77 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
     for (int c0 = 0; c0 < k; c0 += kTile) {
       L acc[kPer][kPer / kLanes];
       tileDots<LowT>(acc, stage, a.xl, p0, end, cl, c0, k, d);  // its barriers publish norms
+      if constexpr (kFallback) {
+        // The pairs' values: the expanded distance, or for the pairs that fall back the direct
+        // one. When at least half of the block's threads have a falling pair (bf16 at large D:
+        // all of them), the block sweeps the tile's rows in H through shared memory (the same
+        // chain, bit for bit); otherwise each falling pair reads its two rows.
+        H dv[kPer][kPer];
+        unsigned fell = 0;
 #pragma unroll
-      for (int m = 0; m < kPer; ++m) {
-        const long long i = p0 + ty * kPer + m;
+        for (int m = 0; m < kPer; ++m) {
+          const long long i = p0 + ty * kPer + m;
 #pragma unroll
-        for (int n = 0; n < kPer; ++n) {
-          const int j = c0 + tx * kPer + n;
-          if (i >= end || j >= k) continue;
-          const LowT dot = laneOf<L, LowT>(acc[m][n / kLanes], n % kLanes);
-          const Expanded<LowT> e = expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
-          DistT dj;
-          if constexpr (kFallback) {
-            if (fallsBack<LowT, H>(e, a.factor)) {
-              ++fallbacks;
-              dj = directDistance<H>(a.xw + i * d, ch + std::size_t(j) * d, d);
-            } else {
-              dj = convert<H>(e.distance);
-            }
-          } else {
-            dj = convert<DistT>(e.distance);
+          for (int n = 0; n < kPer; ++n) {
+            const int j = c0 + tx * kPer + n;
+            dv[m][n] = Math<H>::from(0.0);
+            if (i >= end || j >= k) continue;
+            const LowT dot = laneOf<L, LowT>(acc[m][n / kLanes], n % kLanes);
+            const Expanded<LowT> e = expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
+            if (fallsBack<LowT, H>(e, a.factor))
+              fell |= 1u << (m * kPer + n);
+            else
+              dv[m][n] = convert<H>(e.distance);
           }
-          if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
+        }
+        fallbacks += __popc(fell);
+        if (__syncthreads_count(fell != 0) >= kAssignThreads / 2) {
+          constexpr int kSliceH = kSliceHOf<LowT, H>;
+          static_assert(2 * kSliceH * (kTile + kPad) * sizeof(H) <= kStageBytes<LowT>);
+          auto* xs = reinterpret_cast<H(*)[kTile + kPad]>(stage);
+          auto* cs = xs + kSliceH;
+#pragma unroll 1
+          for (int h = 0; h < kPer / kRows; ++h) {
+            H direct[kRows][kPer];
+            directSweep<kSliceH>(direct, xs, cs, a.xw, p0, end, ch, c0, k, d, h);
+#pragma unroll
+            for (int m = 0; m < kRows; ++m)
+#pragma unroll
+              for (int n = 0; n < kPer; ++n)
+                if (fell >> ((h * kRows + m) * kPer + n) & 1) dv[h * kRows + m][n] = direct[m][n];
+          }
+        } else {
+#pragma unroll
+          for (int m = 0; m < kPer; ++m)
+#pragma unroll
+            for (int n = 0; n < kPer; ++n)
+              if (fell >> (m * kPer + n) & 1)
+                dv[m][n] = directDistance<H>(a.xw + (p0 + ty * kPer + m) * d,
+                                             ch + std::size_t(c0 + tx * kPer + n) * d, d);
+        }
+#pragma unroll
+        for (int m = 0; m < kPer; ++m) {
+          const long long i = p0 + ty * kPer + m;
+#pragma unroll
+          for (int n = 0; n < kPer; ++n) {
+            const int j = c0 + tx * kPer + n;
+            if (i >= end || j >= k) continue;
+            if (bestJ[m] < 0 || closer(dv[m][n], bestD[m])) bestD[m] = dv[m][n], bestJ[m] = j;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < kPer; ++m) {
+          const long long i = p0 + ty * kPer + m;
+#pragma unroll
+          for (int n = 0; n < kPer; ++n) {
+            const int j = c0 + tx * kPer + n;
+            if (i >= end || j >= k) continue;
+            const LowT dot = laneOf<L, LowT>(acc[m][n / kLanes], n % kLanes);
+            const Expanded<LowT> e = expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
+            const DistT dj = convert<DistT>(e.distance);
+            if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
+          }
         }
       }
     }

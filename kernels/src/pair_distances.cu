@@ -29,14 +29,6 @@ namespace {
 
 using namespace tiles;
 
-// Points of a thread per sweep of directTileKernel: two, fewer registers.
-constexpr int kRows = 2;
-// Features per stage of the direct formula's rows in H: the same bytes as a low stage.
-template <class LowT, class H>
-inline constexpr int kSliceHOf = int(kSlice * sizeof(LowT) / sizeof(H)) > 0
-                                     ? int(kSlice * sizeof(LowT) / sizeof(H))
-                                     : 1;
-
 template <class LowT, class HighT>
 struct DistanceArgs {
   static constexpr bool kFallback = !std::is_void_v<HighT>;
@@ -160,29 +152,7 @@ __device__ void tileDirect(const A& a, H (*xs)[kTile + kPad], H (*cs)[kTile + kP
 #pragma unroll 1
   for (int h = 0; h < kPer / kRows; ++h) {
     H acc[kRows][kPer];
-#pragma unroll
-    for (int m = 0; m < kRows; ++m)
-#pragma unroll
-      for (int n = 0; n < kPer; ++n) acc[m][n] = Math<H>::from(0.0);
-    for (int q0 = 0; q0 < d; q0 += kSliceH) {
-      const int width = min(kSliceH, d - q0);
-      fillStage<kSliceH>(xs, a.ph, p0, pEnd, d, q0, width);
-      fillStage<kSliceH>(cs, a.ch, c0, a.cRows, d, q0, width);
-      __syncthreads();
-      for (int q = 0; q < width; ++q) {
-        H x[kRows], c[kPer];
-        loadRow(&xs[q][ty * kPer + h * kRows], x);
-        loadRow(&cs[q][tx * kPer], c);
-#pragma unroll
-        for (int m = 0; m < kRows; ++m)
-#pragma unroll
-          for (int n = 0; n < kPer; ++n) {
-            const H t = Math<H>::sub(x[m], c[n]);  // directDistance's step
-            acc[m][n] = Math<H>::fma(t, t, acc[m][n]);
-          }
-      }
-      __syncthreads();
-    }
+    directSweep<kSliceH>(acc, xs, cs, a.ph, p0, pEnd, a.ch, c0, a.cRows, d, h);
 #pragma unroll
     for (int m = 0; m < kRows; ++m)
 #pragma unroll

@@ -88,7 +88,8 @@ __device__ inline void loadRow(const T* src, T (&v)[n]) {
 }
 
 // Rows [r0, r0 + kTile) x features [q0, q0 + width) of `rows` (row-major, d features, `end`
-// rows) into stage[q][r], zeros outside. A stage of packed S holds each value in both lanes.
+// rows) into stage[q][r], zeros outside. A stage of packed S holds each value in both lanes; a
+// stage of another S holds each value converted to S (convert, as directDistance converts).
 template <int kStageSlice, class S, class T>
 __device__ inline void fillStage(S (*stage)[kTile + kPad], const T* rows, long long r0,
                                  long long end, int d, int q0, int width) {
@@ -98,8 +99,10 @@ __device__ inline void fillStage(S (*stage)[kTile + kPad], const T* rows, long l
     const T v = q < width && r0 + r < end ? rows[(r0 + r) * d + q0 + q] : zero;
     if constexpr (std::is_same_v<S, T>)
       stage[q][r] = v;
-    else
+    else if constexpr (std::is_same_v<S, typename Lanes<T>::type>)
       stage[q][r] = splat(v);
+    else
+      stage[q][r] = convert<S>(v);
   }
 }
 
@@ -143,6 +146,50 @@ __device__ inline void tileDots(typename Lanes<LowT>::type (&acc)[kPer][kPer / L
       for (int m = 0; m < kPer; ++m)
 #pragma unroll
         for (int t = 0; t < kPacks; ++t) acc[m][t] = fmaLanes(x[m], c[t], acc[m][t]);
+    }
+    __syncthreads();
+  }
+}
+
+// Points of a thread per sweep of directSweep: two, fewer registers.
+constexpr int kRows = 2;
+// Features per stage of the direct formula's rows in H: the same bytes as a low stage.
+template <class LowT, class H>
+inline constexpr int kSliceHOf = int(kSlice * sizeof(LowT) / sizeof(H)) > 0
+                                     ? int(kSlice * sizeof(LowT) / sizeof(H))
+                                     : 1;
+
+/// Direct distances of thread (tx, ty)'s points x0 + ty kPer + h kR + m (m < kR) of
+/// `xRows` against its centres c0 + tx kPer + n (n < kPer) of `cRows` (row-major, d features,
+/// rows below xEnd / cEnd), into acc[m][n]: directDistance's chain in H, t = x_q - c_q,
+/// acc = fma(t, t, acc) in feature order from +0, each x_q converted to H as directDistance
+/// converts it, so every value is directDistance's bit for bit. The rows pass through `xs` and
+/// `cs`, stages of kSliceH features. Every thread of the block calls it; ends with a barrier.
+template <int kSliceH, int kR, class H, class XT>
+__device__ inline void directSweep(H (&acc)[kR][kPer], H (*xs)[kTile + kPad], H (*cs)[kTile + kPad],
+                                   const XT* xRows, long long x0, long long xEnd, const H* cRows,
+                                   long long c0, long long cEnd, int d, int h) {
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
+#pragma unroll
+  for (int m = 0; m < kR; ++m)
+#pragma unroll
+    for (int n = 0; n < kPer; ++n) acc[m][n] = Math<H>::from(0.0);
+  for (int q0 = 0; q0 < d; q0 += kSliceH) {
+    const int width = min(kSliceH, d - q0);
+    fillStage<kSliceH>(xs, xRows, x0, xEnd, d, q0, width);
+    fillStage<kSliceH>(cs, cRows, c0, cEnd, d, q0, width);
+    __syncthreads();
+    for (int q = 0; q < width; ++q) {
+      H x[kR], c[kPer];
+      loadRow(&xs[q][ty * kPer + h * kR], x);
+      loadRow(&cs[q][tx * kPer], c);
+#pragma unroll
+      for (int m = 0; m < kR; ++m)
+#pragma unroll
+        for (int n = 0; n < kPer; ++n) {
+          const H t = Math<H>::sub(x[m], c[n]);  // directDistance's step
+          acc[m][n] = Math<H>::fma(t, t, acc[m][n]);
+        }
     }
     __syncthreads();
   }
