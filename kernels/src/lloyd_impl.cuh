@@ -399,6 +399,11 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
     for (int c0 = 0; c0 < k; c0 += kTile) {
       L acc[kPer][kPer / kLanes];
       tileDots<LowT>(acc, stage, a.xl, p0, end, cl, c0, k, d);  // its barriers publish norms
+      // The expanded distance of the thread's pair (m, n), centre j.
+      auto expanded = [&](int m, int n, int j) {
+        const LowT dot = laneOf<L, LowT>(acc[m][n / kLanes], n % kLanes);
+        return expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
+      };
       if constexpr (kFallback) {
         // The pairs' values: the expanded distance, or for the pairs that fall back the direct
         // one. When at least half of the block's threads have a falling pair (bf16 at large D:
@@ -414,8 +419,7 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
             const int j = c0 + tx * kPer + n;
             dv[m][n] = Math<H>::from(0.0);
             if (i >= end || j >= k) continue;
-            const LowT dot = laneOf<L, LowT>(acc[m][n / kLanes], n % kLanes);
-            const Expanded<LowT> e = expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
+            const Expanded<LowT> e = expanded(m, n, j);
             if (fallsBack<LowT, H>(e, a.factor))
               fell |= 1u << (m * kPer + n);
             else
@@ -465,9 +469,7 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
           for (int n = 0; n < kPer; ++n) {
             const int j = c0 + tx * kPer + n;
             if (i >= end || j >= k) continue;
-            const LowT dot = laneOf<L, LowT>(acc[m][n / kLanes], n % kLanes);
-            const Expanded<LowT> e = expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
-            const DistT dj = convert<DistT>(e.distance);
+            const DistT dj = convert<DistT>(expanded(m, n, j).distance);
             if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
           }
         }
