@@ -174,6 +174,7 @@ void runBlobBench(const BenchOptions& o) {
                               {"backend", r.backend},
                               {"iterations", r.iterations},
                               {"stop_reason", stop},
+                              {"empty_cluster_events", r.emptyClusterEvents},
                               {"seconds", t},
                               // the Lloyd loop's device time (CUDA engine), -1 on the CPU
                               {"device_seconds", dev},

@@ -286,6 +286,8 @@ TEST(Cli, BenchBlobsComparesEveryModeWithTheReference) {
   p.kmeans.k = 6;
   const auto w = runWorkflow(*makeCpuEngine(0), makeBlobs(3000, 4, 6, 1.0, 1), {Mode::Fp32}, p);
   EXPECT_EQ(json["runs"][0]["iterations"], w.reference.iterations);
+  EXPECT_EQ(json["runs"][0]["empty_cluster_events"], w.reference.emptyClusterEvents);
+  EXPECT_EQ(json["runs"][1]["empty_cluster_events"], w.modes[0].result.emptyClusterEvents);
   EXPECT_DOUBLE_EQ(json["runs"][0]["sse"].get<double>(), w.reference.sse);
   EXPECT_DOUBLE_EQ(json["runs"][1]["ari"].get<double>(), w.modes[0].comparison.ari);
 }
