@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -45,6 +46,59 @@ inline Matrix centresThatEmpty() {
   for (std::size_t j = 0; j < 6; ++j)
     for (std::size_t q = 0; q < 2; ++q) init(j, q) = c[j][q];
   return init;
+}
+
+/// The first iteration's labels by the rules written out plainly (the engines' reference for
+/// re-seeding): each sample to its nearest centre of `init` (direct formula in double, ties to
+/// the lowest index), then each empty cluster, ascending, re-seeded with the sample farthest
+/// from its centre (ties to the lowest index) among samples whose cluster keeps another member.
+/// `skips`: the samples passed over on the way because an earlier pick left their cluster with
+/// one member (samples of one-member clusters are never candidates).
+struct FirstReseed {
+  std::vector<std::int32_t> labels;
+  std::int64_t events = 0, skips = 0;
+};
+
+inline FirstReseed firstReseedByTheRule(const Matrix& data, const Matrix& init) {
+  const std::size_t n = data.rows, d = data.cols, k = init.rows;
+  FirstReseed r;
+  r.labels.assign(n, 0);
+  std::vector<double> dist(n);
+  std::vector<long long> count(k, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    double best = 0;
+    for (std::size_t j = 0; j < k; ++j) {
+      double s = 0;
+      for (std::size_t q = 0; q < d; ++q)
+        s += (data(i, q) - init(j, q)) * (data(i, q) - init(j, q));
+      if (j == 0 || s < best) best = s, r.labels[i] = std::int32_t(j);
+    }
+    dist[i] = best;
+    ++count[std::size_t(r.labels[i])];
+  }
+  const std::vector<long long> initial = count;
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
+  });
+  std::size_t next = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    if (count[j] != 0) continue;
+    while (next < n) {
+      const std::size_t i = order[next++];
+      const std::size_t l = std::size_t(r.labels[i]);
+      if (count[l] > 1) {
+        --count[l];
+        r.labels[i] = std::int32_t(j);
+        count[j] = 1;
+        ++r.events;
+        break;
+      }
+      r.skips += initial[l] > 1;
+    }
+  }
+  return r;
 }
 
 }  // namespace kmseg::test

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kmseg/distance.h"
@@ -500,38 +501,72 @@ struct Lloyd {
   }
 
   // Re-seeds each empty cluster (ascending) with the sample farthest from the centre it was
-  // assigned to, among samples whose cluster keeps at least one other member.
+  // assigned to, among samples whose cluster keeps at least one other member (ties to the lowest
+  // index: fartherCandidate).
+  //
+  // A sample's distance does not change while clusters are re-seeded (its label and centre
+  // stay), and a sample that is not eligible stays so (counts only fall, and a re-seeded sample
+  // is alone in its cluster), so the picks are the first eligible samples of one fixed order,
+  // eligibility checked as they come. Each task keeps its first `keep` eligible samples in that
+  // order; the merged lists give the order as long as no list runs out while its task had more,
+  // and after that each cluster is re-seeded by scanning every sample, the rule itself.
   std::int64_t reseedEmpty(std::int32_t* labels, std::vector<std::int64_t>& counts,
                            const std::vector<WT>& assignedCentres) {
+    const auto empty = std::size_t(std::count(counts.begin(), counts.end(), 0));
+    if (empty == 0) return 0;
+    struct Candidate {
+      WT d;
+      std::int64_t i;
+    };
+    auto before = [](const Candidate& a, const Candidate& b) {
+      return fartherCandidate(a.d, a.i, b.d, b.i);
+    };
+    const std::size_t keep = empty + 64;
+    std::vector<std::vector<Candidate>> lists(blocks);
+    std::vector<char> more(blocks, 0);
+    parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
+      const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
+      std::vector<Candidate>& list = lists[std::size_t(b)];
+      for (std::size_t i = lo; i < hi; ++i)
+        if (counts[std::size_t(labels[i])] > 1)
+          list.push_back(
+              {distanceW(i, assignedCentres.data(), std::size_t(labels[i])), std::int64_t(i)});
+      if (list.size() > keep) {
+        std::nth_element(list.begin(), list.begin() + std::ptrdiff_t(keep), list.end(), before);
+        list.resize(keep);
+        more[std::size_t(b)] = 1;
+      }
+      std::sort(list.begin(), list.end(), before);
+    });
+    // The lists' heads, the first in order on top.
+    using Head = std::pair<Candidate, std::size_t>;  // candidate, its list
+    auto after = [&](const Head& x, const Head& y) { return before(y.first, x.first); };
+    std::vector<Head> heads;
+    for (std::size_t b = 0; b < blocks; ++b)
+      if (!lists[b].empty()) heads.push_back({lists[b].front(), b});
+    std::make_heap(heads.begin(), heads.end(), after);
+    std::vector<std::size_t> next(blocks, 1);
+    bool merged = true;  // the lists still give the order
     std::int64_t events = 0;
-    std::vector<std::int64_t> picked;
     for (std::size_t j = 0; j < k; ++j) {
       if (counts[j] != 0) continue;
-      std::vector<WT> bestD(blocks, WT(-1));
-      std::vector<std::int64_t> bestI(blocks, -1);
-      parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
-        const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
-        WT bd = WT(-1);
-        std::int64_t bi = -1;
-        for (std::size_t i = lo; i < hi; ++i) {
-          if (counts[std::size_t(labels[i])] <= 1) continue;
-          if (std::find(picked.begin(), picked.end(), std::int64_t(i)) != picked.end()) continue;
-          const WT di = distanceW(i, assignedCentres.data(), std::size_t(labels[i]));
-          if (bi < 0 || fartherCandidate(di, std::int64_t(i), bd, bi)) {
-            bd = di;
-            bi = std::int64_t(i);
-          }
-        }
-        bestD[std::size_t(b)] = bd;
-        bestI[std::size_t(b)] = bi;
-      });
       std::int64_t p = -1;
-      WT pd = WT(-1);
-      for (std::size_t b = 0; b < blocks; ++b)
-        if (bestI[b] >= 0 && (p < 0 || fartherCandidate(bestD[b], bestI[b], pd, p))) {
-          p = bestI[b];
-          pd = bestD[b];
+      while (merged && !heads.empty()) {
+        std::pop_heap(heads.begin(), heads.end(), after);
+        const auto [c, b] = heads.back();
+        heads.pop_back();
+        if (next[b] < lists[b].size()) {
+          heads.push_back({lists[b][next[b]++], b});
+          std::push_heap(heads.begin(), heads.end(), after);
+        } else if (more[b]) {
+          merged = false;  // list b's other samples may come before the next head
         }
+        if (counts[std::size_t(labels[c.i])] > 1) {
+          p = c.i;
+          break;
+        }
+      }
+      if (p < 0 && !merged) p = farthestByScan(labels, counts, assignedCentres);
       if (p < 0) break;  // cannot happen for K <= N; keep the cluster empty rather than loop
       --counts[std::size_t(labels[p])];
       labels[p] = std::int32_t(j);
@@ -540,10 +575,39 @@ struct Lloyd {
         lowerOff[std::size_t(p)] = -INFINITY;
       }
       counts[j] = 1;
-      picked.push_back(p);
       ++events;
     }
     return events;
+  }
+
+  // The farthest eligible sample (see reseedEmpty) by scanning every sample, or -1 for none.
+  std::int64_t farthestByScan(const std::int32_t* labels, const std::vector<std::int64_t>& counts,
+                              const std::vector<WT>& assignedCentres) const {
+    std::vector<WT> bestD(blocks, WT(-1));
+    std::vector<std::int64_t> bestI(blocks, -1);
+    parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
+      const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
+      WT bd = WT(-1);
+      std::int64_t bi = -1;
+      for (std::size_t i = lo; i < hi; ++i) {
+        if (counts[std::size_t(labels[i])] <= 1) continue;
+        const WT di = distanceW(i, assignedCentres.data(), std::size_t(labels[i]));
+        if (bi < 0 || fartherCandidate(di, std::int64_t(i), bd, bi)) {
+          bd = di;
+          bi = std::int64_t(i);
+        }
+      }
+      bestD[std::size_t(b)] = bd;
+      bestI[std::size_t(b)] = bi;
+    });
+    std::int64_t p = -1;
+    WT pd = WT(-1);
+    for (std::size_t b = 0; b < blocks; ++b)
+      if (bestI[b] >= 0 && (p < 0 || fartherCandidate(bestD[b], bestI[b], pd, p))) {
+        p = bestI[b];
+        pd = bestD[b];
+      }
+    return p;
   }
 
   double sseOf(const std::int32_t* labels, const std::vector<WT>& centres) const {

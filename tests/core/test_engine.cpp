@@ -167,6 +167,65 @@ TEST(Lloyd, EmptyClusterIsReseededWithTheFarthestPoint) {
   EXPECT_EQ(r.stop, StopReason::Converged);
 }
 
+// Many clusters empty at once are re-seeded as the rule says (test::firstReseedByTheRule):
+// pairs of samples at one distance from their centre (ties go to the lowest index, and each
+// pick leaves its pair's other sample alone in its cluster, so it is passed over), with more
+// picks and skips than the engine's per-task lists hold, so that it finishes by scanning every
+// sample; random data with small clusters; and enough samples for many tasks.
+TEST(Lloyd, ManyEmptyClustersAreReseededAsTheRuleSays) {
+  const std::size_t pairs = 200, far = 150;
+  Matrix pairData(2 * pairs, 2), pairInit(pairs + far, 2);
+  for (std::size_t m = 0; m < pairs; ++m) {
+    const double cx = 10.0 * double(m % 20), cy = 10.0 * double(m / 20);
+    pairInit(m, 0) = cx, pairInit(m, 1) = cy;
+    pairData(2 * m, 0) = cx - 0.5, pairData(2 * m, 1) = cy;
+    pairData(2 * m + 1, 0) = cx + 0.5, pairData(2 * m + 1, 1) = cy;
+  }
+  for (std::size_t e = 0; e < far; ++e)  // centres that attract nobody
+    pairInit(pairs + e, 0) = 1e4 + double(e), pairInit(pairs + e, 1) = 1e4;
+  // The rule, by hand: the far clusters take the first sample of pairs 0 .. 149.
+  std::vector<std::int32_t> expected(2 * pairs);
+  for (std::size_t m = 0; m < pairs; ++m) {
+    expected[2 * m] = std::int32_t(m < far ? pairs + m : m);
+    expected[2 * m + 1] = std::int32_t(m);
+  }
+  const test::FirstReseed rule = test::firstReseedByTheRule(pairData, pairInit);
+  ASSERT_EQ(rule.labels, expected);
+  EXPECT_EQ(rule.skips, std::int64_t(far) - 1);
+
+  const Matrix random = randomData(400, 5, 41), many = randomData(30000, 5, 42);
+  auto repeated = [](const Matrix& centres, std::size_t k) {
+    Matrix init(k, centres.cols);
+    for (std::size_t j = 0; j < k; ++j)
+      for (std::size_t q = 0; q < centres.cols; ++q) init(j, q) = centres(j % centres.rows, q);
+    return init;
+  };
+  struct Case {
+    const char* what;
+    const Matrix& data;
+    Matrix init;
+  };
+  const Case cases[] = {{"pairs", pairData, pairInit},
+                        {"random, small clusters", random, repeated(randomData(200, 5, 1041), 350)},
+                        {"30000 samples", many, repeated(randomData(500, 5, 1042), 1000)}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const test::FirstReseed want = test::firstReseedByTheRule(c.data, c.init);
+    EXPECT_GT(want.events, 100);
+    // fp64 (the rule above computes in double); fp32 too where every value is exact in it.
+    for (Mode mode : {Mode::Fp64, Mode::Fp32}) {
+      if (mode == Mode::Fp32 && &c.data != &pairData) continue;
+      KMeansParams p;
+      p.k = int(c.init.rows);
+      p.mode = mode;
+      p.maxIterations = 1;
+      const auto r = makeCpuEngine(2)->run(c.data, c.init, p);
+      EXPECT_EQ(r.emptyClusterEvents, want.events) << modeName(mode);
+      EXPECT_EQ(r.labels, want.labels) << modeName(mode);
+    }
+  }
+}
+
 TEST(Lloyd, StopRules) {
   const Matrix data = randomData(2000, 3, 1);
   const Matrix init = gatherRows(data, chooseInitialCentres(data, 6, Init::RandomPoints, 9));

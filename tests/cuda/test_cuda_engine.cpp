@@ -582,49 +582,6 @@ class ScopedEnv {
   bool hadOld_ = false;
 };
 
-// The re-seeding rule applied by hand to the first assignment of `init` (fp64, direct formula,
-// ties to the lowest index): how many of the farthest points it passes over because an earlier
-// pick left their cluster with one member (points of one-member clusters are never candidates).
-std::int64_t firstReseedSkips(const Matrix& data, const Matrix& init) {
-  const std::size_t n = data.rows, d = data.cols, k = init.rows;
-  std::vector<std::size_t> label(n);
-  std::vector<double> dist(n);
-  std::vector<long long> count(k, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    double best = 0;
-    for (std::size_t j = 0; j < k; ++j) {
-      double s = 0;
-      for (std::size_t q = 0; q < d; ++q)
-        s += (data(i, q) - init(j, q)) * (data(i, q) - init(j, q));
-      if (j == 0 || s < best) best = s, label[i] = j;
-    }
-    dist[i] = best;
-    ++count[label[i]];
-  }
-  const std::vector<long long> initial = count;
-  std::vector<std::size_t> order(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
-  });
-  std::int64_t skips = 0;
-  std::size_t next = 0;
-  for (std::size_t j = 0; j < k; ++j) {
-    if (count[j] != 0) continue;
-    while (next < n) {
-      const std::size_t i = order[next++];
-      if (count[label[i]] > 1) {
-        --count[label[i]];
-        label[i] = j;
-        count[j] = 1;
-        break;
-      }
-      skips += initial[label[i]] > 1;
-    }
-  }
-  return skips;
-}
-
 // Many clusters empty at once (the CUDA engine merges per-block lists of the farthest points,
 // and scans every point only when a list runs out): the CPU's re-seeding, point for point, in
 // the first iteration and over a run, at the fast pass's D and the tiled pass's, with one list
@@ -650,7 +607,8 @@ TEST(CudaEngine, ReseedsManyEmptyClustersAsTheCpu) {
     Matrix init(std::size_t(c.k), c.d);
     for (std::size_t j = 0; j < init.rows; ++j)
       for (std::size_t q = 0; q < c.d; ++q) init(j, q) = centres(j % centres.rows, q);
-    if (c.n == 400) EXPECT_GT(firstReseedSkips(data, init), 20);  // the case tests skipping
+    if (c.n == 400)
+      EXPECT_GT(test::firstReseedByTheRule(data, init).skips, 20);  // the case tests skipping
     for (Mode mode : {Mode::Fp64, Mode::Fp32, Mode::Fp16Fp32}) {
       SCOPED_TRACE(modeName(mode));
       const KMeansParams p1 = paramsFor(mode, c.k, 1), p = paramsFor(mode, c.k, 10);
