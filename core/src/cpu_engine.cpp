@@ -526,15 +526,22 @@ struct Lloyd {
     std::vector<char> more(blocks, 0);
     parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
       const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
+      // A heap of the task's first `keep` eligible samples, the last of them on top.
       std::vector<Candidate>& list = lists[std::size_t(b)];
-      for (std::size_t i = lo; i < hi; ++i)
-        if (counts[std::size_t(labels[i])] > 1)
-          list.push_back(
-              {distanceW(i, assignedCentres.data(), std::size_t(labels[i])), std::int64_t(i)});
-      if (list.size() > keep) {
-        std::nth_element(list.begin(), list.begin() + std::ptrdiff_t(keep), list.end(), before);
-        list.resize(keep);
+      for (std::size_t i = lo; i < hi; ++i) {
+        if (counts[std::size_t(labels[i])] <= 1) continue;
+        const Candidate c{distanceW(i, assignedCentres.data(), std::size_t(labels[i])),
+                          std::int64_t(i)};
+        if (list.size() < keep) {
+          list.push_back(c);
+          std::push_heap(list.begin(), list.end(), before);
+          continue;
+        }
         more[std::size_t(b)] = 1;
+        if (!before(c, list.front())) continue;
+        std::pop_heap(list.begin(), list.end(), before);
+        list.back() = c;
+        std::push_heap(list.begin(), list.end(), before);
       }
       std::sort(list.begin(), list.end(), before);
     });
