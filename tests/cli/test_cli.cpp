@@ -290,6 +290,19 @@ TEST(Cli, BenchBlobsComparesEveryModeWithTheReference) {
   EXPECT_EQ(json["runs"][1]["empty_cluster_events"], w.modes[0].result.emptyClusterEvents);
   EXPECT_DOUBLE_EQ(json["runs"][0]["sse"].get<double>(), w.reference.sse);
   EXPECT_DOUBLE_EQ(json["runs"][1]["ari"].get<double>(), w.modes[0].comparison.ari);
+  // Blobs whose runs re-seed empty clusters: the events reach the report.
+  const CliRun e = kmseg(
+      "bench blobs --points 5000 --dim 64 -k 200 --modes fp64 --backend cpu "
+      "--json '" +
+      (tmp / "e.json").string() + "'");
+  ASSERT_EQ(e.code, 0) << e.err;
+  const auto ej = nlohmann::json::parse(readAll(tmp / "e.json"));
+  WorkflowParams pe;
+  pe.kmeans.k = 200;
+  const auto we =
+      runWorkflow(*makeCpuEngine(0), makeBlobs(5000, 64, 200, 1.0, 1), {Mode::Fp64}, pe);
+  EXPECT_GT(we.reference.emptyClusterEvents, 0);
+  EXPECT_EQ(ej["runs"][0]["empty_cluster_events"], we.reference.emptyClusterEvents);
 }
 
 // The bench's default photo is a repository path: outside the repository's root the error says
