@@ -405,60 +405,66 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
         return expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
       };
       if constexpr (kFallback) {
-        // The pairs' values: the expanded distance, or for the pairs that fall back the direct
-        // one. When at least half of the block's threads have a falling pair (bf16 at large D:
-        // all of them), the block sweeps the tile's rows in H through shared memory (the same
-        // chain, bit for bit); otherwise each falling pair reads its two rows.
-        H dv[kPer][kPer];
+        // Which pairs fall back; then the pairs' values in index order, the expanded distance
+        // or the direct one. When at least half of the block's threads have a falling pair
+        // (bf16 at large D: all of them), the block sweeps the tile's rows in H through shared
+        // memory (directSweep: the same chain, bit for bit), kRows points of a thread at a time;
+        // otherwise each falling pair reads its two rows.
         unsigned fell = 0;
 #pragma unroll
-        for (int m = 0; m < kPer; ++m) {
-          const long long i = p0 + ty * kPer + m;
+        for (int m = 0; m < kPer; ++m)
 #pragma unroll
           for (int n = 0; n < kPer; ++n) {
+            const long long i = p0 + ty * kPer + m;
             const int j = c0 + tx * kPer + n;
-            dv[m][n] = Math<H>::from(0.0);
-            if (i >= end || j >= k) continue;
-            const Expanded<LowT> e = expanded(m, n, j);
-            if (fallsBack<LowT, H>(e, a.factor))
+            if (i < end && j < k && fallsBack<LowT, H>(expanded(m, n, j), a.factor))
               fell |= 1u << (m * kPer + n);
-            else
-              dv[m][n] = convert<H>(e.distance);
           }
-        }
         fallbacks += __popc(fell);
         if (__syncthreads_count(fell != 0) >= kAssignThreads / 2) {
           constexpr int kSliceH = kSliceHOf<LowT, H>;
           static_assert(2 * kSliceH * (kTile + kPad) * sizeof(H) <= kStageBytes<LowT>);
           auto* xs = reinterpret_cast<H(*)[kTile + kPad]>(stage);
           auto* cs = xs + kSliceH;
+          // Points h kRows .. of the thread (h a constant, so that the arrays stay in registers).
+          auto take = [&](auto h, const H(&direct)[kRows][kPer]) {
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              const int m = decltype(h)::value * kRows + r;
+              const long long i = p0 + ty * kPer + m;
+#pragma unroll
+              for (int n = 0; n < kPer; ++n) {
+                const int j = c0 + tx * kPer + n;
+                if (i >= end || j >= k) continue;
+                const H dj = fell >> (m * kPer + n) & 1 ? direct[r][n]
+                                                        : convert<H>(expanded(m, n, j).distance);
+                if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
+              }
+            }
+          };
+          static_assert(kPer / kRows == 2);
 #pragma unroll 1
           for (int h = 0; h < kPer / kRows; ++h) {
             H direct[kRows][kPer];
             directSweep<kSliceH>(direct, xs, cs, a.xw, p0, end, ch, c0, k, d, h);
-#pragma unroll
-            for (int m = 0; m < kRows; ++m)
-#pragma unroll
-              for (int n = 0; n < kPer; ++n)
-                if (fell >> ((h * kRows + m) * kPer + n) & 1) dv[h * kRows + m][n] = direct[m][n];
+            if (h == 0)
+              take(std::integral_constant<int, 0>{}, direct);
+            else
+              take(std::integral_constant<int, 1>{}, direct);
           }
         } else {
 #pragma unroll
-          for (int m = 0; m < kPer; ++m)
+          for (int m = 0; m < kPer; ++m) {
+            const long long i = p0 + ty * kPer + m;
 #pragma unroll
-            for (int n = 0; n < kPer; ++n)
-              if (fell >> (m * kPer + n) & 1)
-                dv[m][n] = directDistance<H>(a.xw + (p0 + ty * kPer + m) * d,
-                                             ch + std::size_t(c0 + tx * kPer + n) * d, d);
-        }
-#pragma unroll
-        for (int m = 0; m < kPer; ++m) {
-          const long long i = p0 + ty * kPer + m;
-#pragma unroll
-          for (int n = 0; n < kPer; ++n) {
-            const int j = c0 + tx * kPer + n;
-            if (i >= end || j >= k) continue;
-            if (bestJ[m] < 0 || closer(dv[m][n], bestD[m])) bestD[m] = dv[m][n], bestJ[m] = j;
+            for (int n = 0; n < kPer; ++n) {
+              const int j = c0 + tx * kPer + n;
+              if (i >= end || j >= k) continue;
+              const H dj = fell >> (m * kPer + n) & 1
+                               ? directDistance<H>(a.xw + i * d, ch + std::size_t(j) * d, d)
+                               : convert<H>(expanded(m, n, j).distance);
+              if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
+            }
           }
         }
       } else {
@@ -499,7 +505,7 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
 /// accumulator in global scratch in the same point order, the warps splitting the features. The
 /// order depends only on N, K, D.
 template <class LowT, class HighT, class WT, class LabelT, int DT, bool kTiled = false>
-__global__ void __launch_bounds__(kAssignThreads)
+__global__ void __launch_bounds__(kAssignThreads, kTiled && !std::is_void_v<HighT> ? 2 : 0)
     assignKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
   using A = Args<LowT, HighT, WT, LabelT>;
   using H = typename A::H;
