@@ -387,7 +387,8 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
   constexpr int kLanes = Lanes<LowT>::count;
   const int d = a.d, k = a.k;
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
-  for (int sub = 0; sub < kAssignThreads; sub += kTile) {
+  // Sub-tiles wholly past `end` are skipped (the condition is the same for the whole block).
+  for (int sub = 0; sub < kAssignThreads && tile + sub < end; sub += kTile) {
     const long long p0 = tile + sub;
     if (sub > 0) __syncthreads();  // the last sub-tile's norms are read until here
     if (threadIdx.x < kTile && p0 + threadIdx.x < end)
@@ -2639,12 +2640,25 @@ class Run final : public LloydRun {
 
       // Blocks of the assignment pass: enough to fill the device, few enough that the partials
       // (and the global accumulators) stay small.
-      const std::size_t tiles = (n_ + kAssignThreads - 1) / kAssignThreads;
-      std::size_t blocks = std::min<std::size_t>(tiles, std::size_t(sms) * 8);
       perBlock = kd * sizeof(WT) * (sharedAcc_ ? 1 : 3) + std::size_t(k_) * sizeof(unsigned) * 2;
-      blocks = std::max<std::size_t>(1, std::min(blocks, (std::size_t(256) << 20) / perBlock));
-      chunk_ = (n_ + blocks - 1) / blocks;
-      chunk_ = (chunk_ + 31) / 32 * 32;
+      const std::size_t memCap = std::max<std::size_t>(1, (std::size_t(256) << 20) / perBlock);
+      if (tiled_) {
+        // One wave of resident blocks, each with an equal share of the 64-point sub-tiles: the
+        // pass is bound by latency, not by bandwidth, and a second, partial wave (391 blocks of
+        // 256 points on 264 slots at N = 100 000) leaves a third of the device idle.
+        int perSm = 0;
+        KMSEG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &perSm, assignKernel<LowT, HighT, WT, LabelT, 0, true>, kAssignThreads, shared_));
+        const std::size_t subTiles = (n_ + tiles::kTile - 1) / tiles::kTile;
+        std::size_t blocks = std::size_t(std::max(1, perSm)) * std::size_t(sms);
+        blocks = std::min({blocks, subTiles, memCap});
+        chunk_ = (subTiles + blocks - 1) / blocks * tiles::kTile;
+      } else {
+        const std::size_t tiles = (n_ + kAssignThreads - 1) / kAssignThreads;
+        const std::size_t blocks = std::min({tiles, std::size_t(sms) * 8, memCap});
+        chunk_ = (n_ + blocks - 1) / blocks;
+        chunk_ = (chunk_ + 31) / 32 * 32;
+      }
     }
     if (!fast_) blocks_ = int((n_ + chunk_ - 1) / chunk_);
 
