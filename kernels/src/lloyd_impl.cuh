@@ -2397,16 +2397,55 @@ __device__ void publish(const A& a, int it, int cancel, const TraceEntry& e) {
   if (!a.hostLoop) cudaGraphSetConditional(a.whileHandle, (a.state->stop || cancel) ? 0u : 1u);
 }
 
+/// Thread l < kShiftLanes: adds the terms of entries l, l + kShiftLanes, ... below n (of one
+/// stage, whose first entry is a multiple of kShiftLanes) to its lane's sums, in index order.
+__device__ inline void addShiftLanes(const double* moved, const double* size, int n, double& m,
+                                     double& z) {
+  for (int e = int(threadIdx.x); e < n; e += kShiftLanes) {
+    m += moved[e];
+    z += size[e];
+  }
+}
+
+/// The lanes' pairwise sum (relativeCentreShift's order), called by threads [0, kShiftLanes)
+/// only, each with its lane's sums; `lanes` holds 2 kShiftLanes doubles, which no other thread
+/// uses meanwhile (the levels above a warp sync on named barrier 1). Thread 0 gets the shift.
+__device__ inline double shiftOfLanes(double m, double z, double* lanes) {
+  static_assert(kShiftLanes % 32 == 0 && kShiftLanes <= kOneBlockThreads);
+  double* lm = lanes;
+  double* lz = lanes + kShiftLanes;
+  const int l = int(threadIdx.x);
+  lm[l] = m;
+  lz[l] = z;
+  for (int h = kShiftLanes / 2; h >= 32; h >>= 1) {
+    asm volatile("bar.sync 1, %0;" ::"n"(kShiftLanes) : "memory");
+    if (l < h) {
+      m = lm[l] + lm[l + h];
+      z = lz[l] + lz[l + h];
+      lm[l] = m;
+      lz[l] = z;
+    }
+  }
+  if (l >= 32) return 0.0;
+  for (int h = 16; h > 0; h >>= 1) {
+    const double om = __shfl_down_sync(0xffffffffu, m, h);
+    const double oz = __shfl_down_sync(0xffffffffu, z, h);
+    if (l < h) m = m + om, z = z + oz;
+  }
+  return centreShiftOfSums(m, z);
+}
+
 /// New centres (sum / count in W, an empty cluster keeps its centre), the centre shift, the stop
 /// test, the trace entry, and the low/high centre copies for the next iteration. One block;
 /// `smem` holds kUpdateShared<WT> bytes.
 ///
 /// The update sits between two passes on every iteration, so it is written for latency: thread 0
 /// loads the loop state first; with K D <= kUpdateStage each thread computes its entries' new
-/// value, copies and shift terms at once (centreShiftTerms, kept in shared memory), then thread 0
-/// adds the terms in index order (relativeCentreShift's order) and writes the trace entry while
-/// the other warps compute the low norms from a shared copy of the low centres. Larger K D goes
-/// through the same steps a stage of kUpdateStage entries at a time.
+/// value, copies and shift terms at once (centreShiftTerms, kept in shared memory), then the
+/// first kShiftLanes threads add the terms in relativeCentreShift's lanes and the lanes by its
+/// tree, and thread 0 writes the trace entry, while the other warps compute the low norms from a
+/// shared copy of the low centres. Larger K D goes through the same steps a stage of
+/// kUpdateStage entries at a time.
 template <class A>
 __device__ void update(const A& a, unsigned char* smem) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
@@ -2439,22 +2478,22 @@ __device__ void update(const A& a, unsigned char* smem) {
       low[e] = storeCentreCopies(a, e, v);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < kShiftLanes) {
+      // A lane's terms are read by its thread only, so the lanes' sums may overwrite them.
       double m = 0.0, z = 0.0;
-#pragma unroll 8
-      for (int e = 0; e < kd; ++e) {
-        m += moved[e];
-        z += size[e];
-      }
-      t.shift = centreShiftOfSums(m, z);
-    } else if (threadIdx.x >= 32) {
-      for (int j = threadIdx.x - 32; j < a.k; j += blockDim.x - 32)
+      addShiftLanes(moved, size, kd, m, z);
+      const double shift = shiftOfLanes(m, z, moved);
+      if (threadIdx.x == 0) t.shift = shift;
+    } else {
+      for (int j = threadIdx.x - kShiftLanes; j < a.k; j += blockDim.x - kShiftLanes)
         a.ccl[j] = squaredNorm<LowT>(low + j * a.d, a.d);
     }
   } else {
     // The same in stages of kUpdateStage entries: the block computes a stage's values, copies
-    // and terms, thread 0 adds the terms in index order (from shared memory, not a dependent
-    // global load per entry: at K D = 64 000, 2.6 ms against the pass's 2.3), then the norms.
+    // and terms, the first kShiftLanes threads add the terms to their lanes (from shared memory,
+    // not a dependent global load per entry: at K D = 64 000, 2.6 ms against the pass's 2.3),
+    // then the lanes' tree and the norms.
+    static_assert(kUpdateStage % kShiftLanes == 0);
     double* moved = reinterpret_cast<double*>(smem);
     double* size = moved + kUpdateStage;
     double m = 0.0, z = 0.0;
@@ -2471,16 +2510,13 @@ __device__ void update(const A& a, unsigned char* smem) {
         storeCentreCopies(a, g, v);
       }
       __syncthreads();
-      if (threadIdx.x == 0) {
-#pragma unroll 8
-        for (int e = 0; e < n; ++e) {
-          m += moved[e];
-          z += size[e];
-        }
-      }
+      if (threadIdx.x < kShiftLanes) addShiftLanes(moved, size, n, m, z);
       __syncthreads();
     }
-    if (threadIdx.x == 0) t.shift = centreShiftOfSums(m, z);
+    if (threadIdx.x < kShiftLanes) {
+      const double shift = shiftOfLanes(m, z, moved);
+      if (threadIdx.x == 0) t.shift = shift;
+    }
     for (int j = threadIdx.x; j < a.k; j += blockDim.x)
       a.ccl[j] = squaredNorm<LowT>(a.cl + j * a.d, a.d);
   }

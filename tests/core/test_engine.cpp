@@ -268,9 +268,9 @@ TEST(Lloyd, StopTestOrder) {
   EXPECT_FALSE(shouldStop(s, &why));  // a re-seeded cluster is not convergence
 }
 
-// The relative centre shift: a known answer, its edge cases, and the definition's bits from both
-// the function and the terms form the CUDA update adds in parallel (centreShiftTerms,
-// centreShiftOfSums).
+// The relative centre shift: a known answer, its edge cases, and the definition's bits (lanes,
+// then a pairwise sum of the lanes) from both the function and the terms form the CUDA update
+// adds in parallel (centreShiftTerms, centreShiftOfSums).
 TEST(Lloyd, RelativeCentreShift) {
   const float oldC[4] = {0.0f, 1.0f, 2.0f, 3.0f};
   const float newC[4] = {0.0f, 1.0f, 2.0f, 4.0f};
@@ -281,25 +281,36 @@ TEST(Lloyd, RelativeCentreShift) {
   EXPECT_TRUE(std::isinf(relativeCentreShift(oldC, zero, 4)));
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> a(160), b(160);
+  // 1000 entries: several per lane, and a last round of lanes that is not full.
+  std::vector<float> a(1000), b(1000);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = u(rng), b[i] = a[i] + 1e-3f * u(rng);
-  // The definition written out (sums in double, index order); the function and the terms form
-  // must give its bits.
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double x = b[i], y = a[i];
-    num += (x - y) * (x - y);
-    den += x * x;
-  }
-  const double expected = std::sqrt(num / den);
+  // The definition written out (sums in double: lane by lane in index order, then the lanes
+  // pairwise); the function and the terms form must give its bits.
+  const int lanes = kShiftLanes;
+  std::vector<double> num(lanes, 0.0), den(lanes, 0.0);
+  for (int l = 0; l < lanes; ++l)
+    for (std::size_t i = std::size_t(l); i < a.size(); i += std::size_t(lanes)) {
+      const double x = b[i], y = a[i];
+      num[l] += (x - y) * (x - y);
+      den[l] += x * x;
+    }
+  for (int width = lanes; width > 1; width /= 2)
+    for (int l = 0; l < width / 2; ++l) {
+      num[l] += num[l + width / 2];
+      den[l] += den[l + width / 2];
+    }
+  const double expected = std::sqrt(num[0] / den[0]);
   EXPECT_EQ(relativeCentreShift(a.data(), b.data(), int(a.size())), expected);
-  double moved = 0.0, size = 0.0;
+  std::vector<ShiftTerms> t(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) t[i] = centreShiftTerms(a[i], b[i]);
+  std::vector<double> moved(lanes, 0.0), size(lanes, 0.0);
   for (std::size_t i = 0; i < a.size(); ++i) {
-    const ShiftTerms t = centreShiftTerms(a[i], b[i]);
-    moved += t.moved;
-    size += t.size;
+    moved[i % lanes] += t[i].moved;
+    size[i % lanes] += t[i].size;
   }
-  EXPECT_EQ(centreShiftOfSums(moved, size), expected);
+  for (int h = lanes / 2; h > 0; h /= 2)
+    for (int l = 0; l < h; ++l) moved[l] += moved[l + h], size[l] += size[l + h];
+  EXPECT_EQ(centreShiftOfSums(moved[0], size[0]), expected);
   EXPECT_GT(expected, 1e-4);
   EXPECT_LT(expected, 1e-2);
 }

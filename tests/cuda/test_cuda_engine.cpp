@@ -22,6 +22,7 @@
 #include "kmseg/features.h"
 #include "kmseg/image_io.h"
 #include "kmseg/init.h"
+#include "kmseg/lloyd_rules.h"
 #include "kmseg/metrics.h"
 #include "launch_shape.h"
 #include "test_data.h"
@@ -671,6 +672,42 @@ class HostLoopEnv : public ScopedEnv {
  public:
   HostLoopEnv() : ScopedEnv("KMSEG_CUDA_HOST_LOOP", "1") {}
 };
+
+// The device update adds the centre-shift terms in relativeCentreShift's lanes and tree, a lane
+// per thread: the shift of its first iteration is the host function's, bit for bit, on its own
+// old and new centres, for K D in one stage (the image case) and over several stages (the last
+// one partial, and K D not a multiple of the lanes).
+TEST(CudaEngine, CentreShiftIsTheSharedRulesBitForBit) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
+  struct Case {
+    std::size_t n, d;
+    int k;
+  };
+  for (const Case c : {Case{3000, 5, 32}, Case{3000, 7, 150}, Case{2000, 64, 40}}) {
+    for (Mode mode : {Mode::Fp64, Mode::Fp32}) {
+      SCOPED_TRACE("D = " + std::to_string(c.d) + ", K = " + std::to_string(c.k) + ", mode " +
+                   std::string(modeName(mode)));
+      const Matrix data = randomData(c.n, c.d, 29);
+      const Matrix init = gatherRows(data, chooseInitialCentres(data, c.k, Init::RandomPoints, 7));
+      const KMeansResult r = gpu->run(data, init, paramsFor(mode, c.k, 1));
+      ASSERT_EQ(r.iterations, 1);
+      ASSERT_EQ(r.emptyClusterEvents, 0);  // the update's old centres are the initial ones
+      ASSERT_EQ(r.trace.size(), 1u);
+      const int n = int(c.k * c.d);
+      double expected = 0;
+      if (mode == Mode::Fp64) {
+        expected = relativeCentreShift(init.values.data(), r.centroids.values.data(), n);
+      } else {
+        const std::vector<float> before(init.values.begin(), init.values.end());
+        const std::vector<float> after(r.centroids.values.begin(), r.centroids.values.end());
+        expected = relativeCentreShift(before.data(), after.data(), n);
+      }
+      EXPECT_GT(expected, 0.0);
+      EXPECT_EQ(r.trace[0].centreShift, expected);
+    }
+  }
+}
 
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
   KMSEG_REQUIRE_GPU();

@@ -62,18 +62,30 @@ KMSEG_HOST_DEVICE inline double centreShiftOfSums(double moved, double size) {
   return __builtin_sqrt(moved / size);
 }
 
+/// Lanes of relativeCentreShift's sums. Entry i's terms go to lane i % kShiftLanes; each lane
+/// adds its terms in index order (from +0); then the lanes are added pairwise, lane l taking
+/// lane l + h for h = kShiftLanes / 2, ..., 2, 1. An engine can so add a lane per thread and
+/// the lanes by a tree, with these bits (K D = 64 000 entries added one after another took
+/// 0.5 ms per iteration on a GPU).
+inline constexpr int kShiftLanes = 256;
+
 /// ||C_new - C_old||_F / ||C_new||_F over `n` entries: the terms (centreShiftTerms) added in
-/// double in index order. 0 when nothing moved; infinity when the new centres are all zero but
-/// something moved.
+/// double in kShiftLanes lanes. 0 when nothing moved; infinity when the new centres are all zero
+/// but something moved.
 template <class W>
-KMSEG_HOST_DEVICE inline double relativeCentreShift(const W* oldC, const W* newC, int n) {
-  double moved = 0.0, size = 0.0;
+inline double relativeCentreShift(const W* oldC, const W* newC, int n) {
+  double moved[kShiftLanes] = {}, size[kShiftLanes] = {};
   for (int i = 0; i < n; ++i) {
     const ShiftTerms t = centreShiftTerms(oldC[i], newC[i]);
-    moved += t.moved;
-    size += t.size;
+    moved[i % kShiftLanes] += t.moved;
+    size[i % kShiftLanes] += t.size;
   }
-  return centreShiftOfSums(moved, size);
+  for (int h = kShiftLanes / 2; h > 0; h /= 2)
+    for (int l = 0; l < h; ++l) {
+      moved[l] += moved[l + h];
+      size[l] += size[l + h];
+    }
+  return centreShiftOfSums(moved[0], size[0]);
 }
 
 /// What the stop test looks at after iteration `iteration` (1-based): assignment, re-seeding of
