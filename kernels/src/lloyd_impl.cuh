@@ -504,7 +504,8 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
 /// at the end the block adds its warps' folded sums (sum - compensation) in warp order and
 /// writes them to partialSum[e * blocks + b]. Without shared accumulators the block adds to one
 /// accumulator in global scratch in the same point order, the warps splitting the features. The
-/// order depends only on N, K, D.
+/// order depends only on N, K, D and, for the tiled pass (one wave of resident blocks), the
+/// device's SM count and the pass's blocks per SM.
 template <class LowT, class HighT, class WT, class LabelT, int DT, bool kTiled = false>
 __global__ void __launch_bounds__(kAssignThreads, kTiled && !std::is_void_v<HighT> ? 2 : 0)
     assignKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
