@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
-// Host-side arithmetic of the fast assignment pass's launch shape (plain C++, no CUDA).
+// Host-side arithmetic of the assignment passes' launch shapes (plain C++, no CUDA).
 
 #include <algorithm>
 #include <numeric>
@@ -33,6 +33,23 @@ inline long long spreadBlocks(long long blocks, long long tiles, long long cols,
     if (positions(b) >= std::min(rounds, std::max(1ll, cols / warps))) return b;
   }
   return moving;
+}
+
+/// The tiled generic pass's grid (D >= 16): blocks that each take `chunk` consecutive points.
+struct TiledGrid {
+  long long blocks;
+  long long chunk;  ///< a multiple of the sub-tile
+};
+
+/// One wave: at most `resident` blocks (those the device holds at once) and at most `cap` (the
+/// partials' memory), the n points' sub-tiles of `tile` points shared as evenly as whole
+/// sub-tiles allow. The chunk is the smallest whole number of sub-tiles that so many blocks
+/// cover; blocks = ceil(n / chunk), so that no block is empty.
+inline TiledGrid tiledGrid(long long n, long long resident, long long cap, int tile) {
+  const long long subTiles = (n + tile - 1) / tile;
+  const long long most = std::max(1ll, std::min({resident, cap, subTiles}));
+  const long long chunk = std::max(1ll, (subTiles + most - 1) / most) * tile;
+  return {(n + chunk - 1) / chunk, chunk};
 }
 
 }  // namespace kmseg::cuda

@@ -2686,10 +2686,9 @@ class Run final : public LloydRun {
         int perSm = 0;
         KMSEG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &perSm, assignKernel<LowT, HighT, WT, LabelT, 0, true>, kAssignThreads, shared_));
-        const std::size_t subTiles = (n_ + tiles::kTile - 1) / tiles::kTile;
-        std::size_t blocks = std::size_t(std::max(1, perSm)) * std::size_t(sms);
-        blocks = std::min({blocks, subTiles, memCap});
-        chunk_ = (subTiles + blocks - 1) / blocks * tiles::kTile;
+        const TiledGrid grid = tiledGrid((long long)n_, (long long)std::max(1, perSm) * sms,
+                                         (long long)memCap, tiles::kTile);
+        chunk_ = std::size_t(grid.chunk);
       } else {
         const std::size_t tiles = (n_ + kAssignThreads - 1) / kAssignThreads;
         const std::size_t blocks = std::min({tiles, std::size_t(sms) * 8, memCap});

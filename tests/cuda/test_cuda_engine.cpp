@@ -845,6 +845,44 @@ TEST(CudaEngine, AutoChoosesTheDevice) {
 // The fast pass's block count moves off counts whose blocks keep their image columns round after
 // round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
 // resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
+// The tiled pass's one wave: N = 100 000 on the H200's 264 slots (two blocks per SM) is 1 563
+// sub-tiles of 64 points, 6 per block (261 blocks; the last one short); few points take a
+// block per sub-tile; the partials' memory caps the blocks.
+TEST(CudaLaunchShape, TiledPassTakesOneWaveOfEvenShares) {
+  using cuda::TiledGrid;
+  using cuda::tiledGrid;
+  TiledGrid g = tiledGrid(100000, 264, 1ll << 40, 64);
+  EXPECT_EQ(g.chunk, 6 * 64);
+  EXPECT_EQ(g.blocks, 261);
+  g = tiledGrid(700, 264, 1ll << 40, 64);
+  EXPECT_EQ(g.chunk, 64);
+  EXPECT_EQ(g.blocks, 11);
+  g = tiledGrid(1, 264, 1ll << 40, 64);
+  EXPECT_EQ(g.chunk, 64);
+  EXPECT_EQ(g.blocks, 1);
+  g = tiledGrid(100000, 264, 85, 64);  // K D = 131 072 in fp64: 3 MB of partials a block
+  EXPECT_EQ(g.chunk, 19 * 64);
+  EXPECT_EQ(g.blocks, 83);
+  // In general: whole sub-tiles, no empty block, no more blocks than allowed, and no smaller
+  // chunk would do with the blocks allowed.
+  for (long long n :
+       {1ll, 63ll, 64ll, 65ll, 1000ll, 16895ll, 16896ll, 16897ll, 123457ll, 12000000ll})
+    for (long long resident : {1ll, 132ll, 264ll, 396ll})
+      for (long long cap : {1ll, 7ll, 1ll << 40}) {
+        const TiledGrid t = tiledGrid(n, resident, cap, 64);
+        SCOPED_TRACE(std::to_string(n) + " points, " + std::to_string(resident) + " slots, cap " +
+                     std::to_string(cap));
+        ASSERT_GT(t.chunk, 0);
+        EXPECT_EQ(t.chunk % 64, 0);
+        EXPECT_GE(t.blocks, 1);
+        EXPECT_LE(t.blocks, std::min(resident, cap));
+        EXPECT_GE(t.blocks * t.chunk, n);
+        EXPECT_LT((t.blocks - 1) * t.chunk, n);
+        const long long smaller = t.chunk - 64;
+        if (smaller > 0) EXPECT_GT((n + smaller - 1) / smaller, std::min(resident, cap));
+      }
+}
+
 TEST(CudaLaunchShape, BlocksDoNotKeepToTheSameColumns) {
   using cuda::spreadBlocks;
   // 14 MP, 4209 x 3326: 264 tile columns, 416 bands. kWarps B is a multiple of 264 for every
