@@ -506,6 +506,10 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
 /// accumulator in global scratch in the same point order, the warps splitting the features. The
 /// order depends only on N, K, D and, for the tiled pass (one wave of resident blocks), the
 /// device's SM count and the pass's blocks per SM.
+/// Registers: the tiled pass of the mixed modes asks for two blocks per SM (128 registers); every
+/// other variant asks nothing (0 emits no .minnctapersm): any request, even of one block, makes
+/// ptxas spend more registers on them, and the uniform fp16 tiled pass, left at 64 registers
+/// with a few spills, runs four blocks per SM and is faster so (README, Benchmarks).
 template <class LowT, class HighT, class WT, class LabelT, int DT, bool kTiled = false>
 __global__ void __launch_bounds__(kAssignThreads, kTiled && !std::is_void_v<HighT> ? 2 : 0)
     assignKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
