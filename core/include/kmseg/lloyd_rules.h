@@ -65,8 +65,8 @@ KMSEG_HOST_DEVICE inline double centreShiftOfSums(double moved, double size) {
 /// Lanes of relativeCentreShift's sums. Entry i's terms go to lane i % kShiftLanes; each lane
 /// adds its terms in index order (from +0); then the lanes are added pairwise, lane l taking
 /// lane l + h for h = kShiftLanes / 2, ..., 2, 1. An engine can so add a lane per thread and
-/// the lanes by a tree, with these bits (K D = 64 000 entries added one after another took
-/// 0.5 ms per iteration on a GPU).
+/// the lanes by a tree, with these bits (on the H200 the CUDA update, when one thread added
+/// K D = 12 800 entries one after another, took 0.11 ms per iteration, ncu).
 inline constexpr int kShiftLanes = 256;
 
 /// ||C_new - C_old||_F / ||C_new||_F over `n` entries: the terms (centreShiftTerms) added in
