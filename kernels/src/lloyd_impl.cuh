@@ -405,6 +405,18 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
         const LowT dot = laneOf<L, LowT>(acc[m][n / kLanes], n % kLanes);
         return expandedDistance<LowT>(norms[ty * kPer + m], ccl[j], dot);
       };
+      // Takes the thread's pairs of its point m into the point's running best, in index order,
+      // each pair's value from value(i, n, j) (point i, centre j = c0 + tx kPer + n).
+      auto consider = [&](int m, auto value) {
+        const long long i = p0 + ty * kPer + m;
+#pragma unroll
+        for (int n = 0; n < kPer; ++n) {
+          const int j = c0 + tx * kPer + n;
+          if (i >= end || j >= k) continue;
+          const DistT dj = value(i, n, j);
+          if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
+        }
+      };
       if constexpr (kFallback) {
         // Which pairs fall back; then the pairs' values in index order, the expanded distance
         // or the direct one. When at least half of the block's threads have a falling pair
@@ -432,15 +444,10 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
               const int m = decltype(h)::value * kRows + r;
-              const long long i = p0 + ty * kPer + m;
-#pragma unroll
-              for (int n = 0; n < kPer; ++n) {
-                const int j = c0 + tx * kPer + n;
-                if (i >= end || j >= k) continue;
-                const H dj = fell >> (m * kPer + n) & 1 ? direct[r][n]
-                                                        : convert<H>(expanded(m, n, j).distance);
-                if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
-              }
+              consider(m, [&](long long, int n, int j) {
+                return fell >> (m * kPer + n) & 1 ? direct[r][n]
+                                                  : convert<H>(expanded(m, n, j).distance);
+              });
             }
           };
           static_assert(kPer / kRows == 2);
@@ -455,31 +462,19 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
           }
         } else {
 #pragma unroll
-          for (int m = 0; m < kPer; ++m) {
-            const long long i = p0 + ty * kPer + m;
-#pragma unroll
-            for (int n = 0; n < kPer; ++n) {
-              const int j = c0 + tx * kPer + n;
-              if (i >= end || j >= k) continue;
-              const H dj = fell >> (m * kPer + n) & 1
-                               ? directDistance<H>(a.xw + i * d, ch + std::size_t(j) * d, d)
-                               : convert<H>(expanded(m, n, j).distance);
-              if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
-            }
-          }
+          for (int m = 0; m < kPer; ++m)
+            consider(m, [&](long long i, int n, int j) {
+              return fell >> (m * kPer + n) & 1
+                         ? directDistance<H>(a.xw + i * d, ch + std::size_t(j) * d, d)
+                         : convert<H>(expanded(m, n, j).distance);
+            });
         }
       } else {
 #pragma unroll
-        for (int m = 0; m < kPer; ++m) {
-          const long long i = p0 + ty * kPer + m;
-#pragma unroll
-          for (int n = 0; n < kPer; ++n) {
-            const int j = c0 + tx * kPer + n;
-            if (i >= end || j >= k) continue;
-            const DistT dj = convert<DistT>(expanded(m, n, j).distance);
-            if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
-          }
-        }
+        for (int m = 0; m < kPer; ++m)
+          consider(m, [&](long long, int n, int j) {
+            return convert<DistT>(expanded(m, n, j).distance);
+          });
       }
     }
 #pragma unroll
