@@ -87,23 +87,57 @@ __device__ inline void loadRow(const T* src, T (&v)[n]) {
   for (int k = 0; k < int(n * sizeof(T) / sizeof(V)); ++k) o[k] = s[k];
 }
 
-// Rows [r0, r0 + kTile) x features [q0, q0 + width) of `rows` (row-major, d features, `end`
-// rows) into stage[q][r], zeros outside. A stage of packed S holds each value in both lanes; a
-// stage of another S holds each value converted to S (convert, as directDistance converts).
+// A stage's values per thread: element e = threadIdx.x + k kThreads of the kTile x kStageSlice
+// stage is row e / kStageSlice, feature e % kStageSlice (consecutive threads, consecutive
+// features of a row: coalesced loads).
+template <int kStageSlice>
+inline constexpr int kStagePerThread = kTile* kStageSlice / kThreads;
+
+// The thread's values of rows [r0, r0 + kTile) x features [q0, q0 + width) of `rows`
+// (row-major, d features, `end` rows) into registers, zeros outside.
+template <int kStageSlice, class T>
+__device__ inline void loadStage(T (&v)[kStagePerThread<kStageSlice>], const T* rows, long long r0,
+                                 long long end, int d, int q0, int width) {
+  static_assert(kThreads % kStageSlice == 0);
+  constexpr int kRowStep = kThreads / kStageSlice;  // rows between a thread's values
+  const T zero = Math<T>::from(0.0);
+  const int q = int(threadIdx.x) % kStageSlice;
+  const long long r = r0 + int(threadIdx.x) / kStageSlice;
+  const T* p = rows + r * d + q0 + q;
+  const long long step = (long long)kRowStep * d;
+  const bool inSlice = q < width;
+#pragma unroll
+  for (int k = 0; k < kStagePerThread<kStageSlice>; ++k)
+    v[k] = inSlice && r + k * kRowStep < end ? p[k * step] : zero;
+}
+
+// The thread's values (loadStage) into stage[q][r]. A stage of packed S holds each value in both
+// lanes; a stage of another S holds each value converted to S (convert, as directDistance
+// converts).
+template <int kStageSlice, class S, class T>
+__device__ inline void storeStage(S (*stage)[kTile + kPad],
+                                  const T (&v)[kStagePerThread<kStageSlice>]) {
+#pragma unroll
+  for (int k = 0; k < kStagePerThread<kStageSlice>; ++k) {
+    const int e = int(threadIdx.x) + k * kThreads;
+    const int r = e / kStageSlice, q = e % kStageSlice;
+    if constexpr (std::is_same_v<S, T>)
+      stage[q][r] = v[k];
+    else if constexpr (std::is_same_v<S, typename Lanes<T>::type>)
+      stage[q][r] = splat(v[k]);
+    else
+      stage[q][r] = convert<S>(v[k]);
+  }
+}
+
+// Rows [r0, r0 + kTile) x features [q0, q0 + width) of `rows` into stage[q][r], zeros outside
+// (loadStage, then storeStage).
 template <int kStageSlice, class S, class T>
 __device__ inline void fillStage(S (*stage)[kTile + kPad], const T* rows, long long r0,
                                  long long end, int d, int q0, int width) {
-  const T zero = Math<T>::from(0.0);
-  for (int e = threadIdx.x; e < kTile * kStageSlice; e += kThreads) {
-    const int r = e / kStageSlice, q = e % kStageSlice;
-    const T v = q < width && r0 + r < end ? rows[(r0 + r) * d + q0 + q] : zero;
-    if constexpr (std::is_same_v<S, T>)
-      stage[q][r] = v;
-    else if constexpr (std::is_same_v<S, typename Lanes<T>::type>)
-      stage[q][r] = splat(v);
-    else
-      stage[q][r] = convert<S>(v);
-  }
+  T v[kStagePerThread<kStageSlice>];
+  loadStage<kStageSlice>(v, rows, r0, end, d, q0, width);
+  storeStage<kStageSlice>(stage, v);
 }
 
 /// Bytes of shared memory tileDots needs for LowT.
@@ -130,11 +164,21 @@ __device__ inline void tileDots(typename Lanes<LowT>::type (&acc)[kPer][kPer / L
   // The points' stage holds each value in both lanes of a packed type (no splat per step).
   auto* xs = reinterpret_cast<L(*)[kTile + kPad]>(smem);
   auto* cs = reinterpret_cast<LowT(*)[kTile + kPad]>(xs + kSlice);
+  // The next slice's values are loaded into registers while the block works on this one, so
+  // that its global loads wait behind the slice's fmas instead of before them.
+  LowT xv[kStagePerThread<kSlice>], cv[kStagePerThread<kSlice>];
+  loadStage<kSlice>(xv, xRows, x0, xEnd, d, 0, min(kSlice, d));
+  loadStage<kSlice>(cv, cRows, c0, cEnd, d, 0, min(kSlice, d));
   for (int q0 = 0; q0 < d; q0 += kSlice) {
     const int width = min(kSlice, d - q0);
-    fillStage<kSlice>(xs, xRows, x0, xEnd, d, q0, width);
-    fillStage<kSlice>(cs, cRows, c0, cEnd, d, q0, width);
+    storeStage<kSlice>(xs, xv);
+    storeStage<kSlice>(cs, cv);
     __syncthreads();
+    if (q0 + kSlice < d) {
+      const int next = min(kSlice, d - q0 - kSlice);
+      loadStage<kSlice>(xv, xRows, x0, xEnd, d, q0 + kSlice, next);
+      loadStage<kSlice>(cv, cRows, c0, cEnd, d, q0 + kSlice, next);
+    }
     // Only the slice's features: a padded zero would add fma(0, 0, acc), which can turn -0
     // into +0.
 #pragma unroll 4
