@@ -407,22 +407,24 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
       };
       // Takes the thread's pairs of its point m into the point's running best, in index order,
       // each pair's value from value(i, n, j) (point i, centre j = c0 + tx kPer + n).
-      auto consider = [&](int m, auto value) {
+      // Pairs n with bit n of `skip` set are left out.
+      auto consider = [&](int m, auto value, unsigned skip = 0) {
         const long long i = p0 + ty * kPer + m;
 #pragma unroll
         for (int n = 0; n < kPer; ++n) {
           const int j = c0 + tx * kPer + n;
-          if (i >= end || j >= k) continue;
+          if (i >= end || j >= k || (skip >> n & 1)) continue;
           const DistT dj = value(i, n, j);
           if (bestJ[m] < 0 || closer(dj, bestD[m])) bestD[m] = dj, bestJ[m] = j;
         }
       };
       if constexpr (kFallback) {
-        // Which pairs fall back; then the pairs' values in index order, the expanded distance
-        // or the direct one. When at least half of the block's threads have a falling pair
-        // (bf16 at large D: all of them), the block sweeps the tile's rows in H through shared
-        // memory (directSweep: the same chain, bit for bit), kRows points of a thread at a time;
-        // otherwise each falling pair reads its two rows.
+        // Which pairs fall back; then the pairs' values, the expanded distance or the direct
+        // one. When at least half of the block's threads have a falling pair (bf16 at large D:
+        // all of them), the block sweeps the tile's rows in H through shared memory
+        // (directSweep: the same chain, bit for bit), kRows points of a thread at a time, and
+        // takes the values in index order; otherwise the warp's lanes share out its falling
+        // pairs, each reading its two rows.
         unsigned fell = 0;
 #pragma unroll
         for (int m = 0; m < kPer; ++m)
@@ -461,13 +463,60 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
               take(std::integral_constant<int, 1>{}, direct);
           }
         } else {
+          // The warp's falling pairs, 32 at a time: lane l takes the l-th of them in (lane,
+          // slot) order, so that one pass of directDistance's chain serves up to 32 pairs
+          // instead of one (a lane's slots would otherwise each cost the whole warp a chain).
+          // The owner takes each value into its point's best with combineBest, which gives the
+          // scan's result whatever the order: the first index among the closest.
+          static_assert(kAssignThreads / 32 * 32 * (sizeof(H) + sizeof(int)) <= kStageBytes<LowT>);
+          const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+          H* value = reinterpret_cast<H*>(stage) + warp * 32;
+          int* pair =
+              reinterpret_cast<int*>(reinterpret_cast<H*>(stage) + kAssignThreads) + warp * 32;
+          unsigned pending = fell;
+          for (;;) {
+            const int count = __popc(pending);
+            int inclusive = count;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+              const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
+              if (lane >= o) inclusive += v;
+            }
+            const int total = __shfl_sync(0xffffffffu, inclusive, 31);
+            if (total == 0) break;
+            // This round's slots of the lane: those ranked below 32, in slot order.
+            unsigned mine = 0;
+            for (int rank = inclusive - count, rest = int(pending); rest != 0 && rank < 32;
+                 ++rank) {
+              const int slot = __ffs(rest) - 1;
+              rest &= rest - 1;
+              mine |= 1u << slot;
+              pair[rank] = (ty * kPer + slot / kPer) << 6 | (tx * kPer + slot % kPer);
+            }
+            __syncwarp();
+            if (lane < total) {
+              const int code = pair[lane];
+              const long long i = p0 + (code >> 6);
+              const int j = c0 + (code & 63);
+              value[lane] = directDistance<H>(a.xw + i * d, ch + std::size_t(j) * d, d);
+            }
+            __syncwarp();
+            int rank = inclusive - count;
+#pragma unroll
+            for (int m = 0; m < kPer; ++m)
+#pragma unroll
+              for (int n = 0; n < kPer; ++n)
+                if (mine >> (m * kPer + n) & 1)
+                  combineBest(bestD[m], bestJ[m], value[rank++], c0 + tx * kPer + n);
+            pending &= ~mine;
+            __syncwarp();  // the next round writes pair[] and value[] again
+          }
 #pragma unroll
           for (int m = 0; m < kPer; ++m)
-            consider(m, [&](long long i, int n, int j) {
-              return fell >> (m * kPer + n) & 1
-                         ? directDistance<H>(a.xw + i * d, ch + std::size_t(j) * d, d)
-                         : convert<H>(expanded(m, n, j).distance);
-            });
+            consider(
+                m, [&](long long, int n, int j) { return convert<H>(expanded(m, n, j).distance); },
+                fell >> (m * kPer) & ((1u << kPer) - 1));
+          __syncthreads();  // the next tileDots writes the stage again
         }
       } else {
 #pragma unroll
