@@ -551,9 +551,11 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
 /// order depends only on N, K, D and, for the tiled pass (one wave of resident blocks), the
 /// device's SM count and the pass's blocks per SM.
 /// Registers: the tiled pass of the mixed modes asks for two blocks per SM (128 registers); every
-/// other variant asks nothing (0 emits no .minnctapersm): any request, even of one block, makes
-/// ptxas spend more registers on them, and the uniform fp16 tiled pass, left at 64 registers
-/// with a few spills, runs four blocks per SM and is faster so (README, Benchmarks).
+/// other variant asks nothing (0 emits no .minnctapersm): any request, even of one block, made
+/// ptxas spend more registers on them (measured when the uniform fp16 tiled pass, left at 64
+/// registers, ran four blocks per SM and was faster so; since tileDots prefetches the next slice
+/// it takes 128). fp64's tiled pass takes 168 (one block per SM); asking two was no faster
+/// overall (README, Benchmarks).
 template <class LowT, class HighT, class WT, class LabelT, int DT, bool kTiled = false>
 __global__ void __launch_bounds__(kAssignThreads, kTiled && !std::is_void_v<HighT> ? 2 : 0)
     assignKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
