@@ -466,13 +466,19 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
           // The warp's falling pairs, 32 at a time: lane l takes the l-th of them in (lane,
           // slot) order, so that one pass of directDistance's chain serves up to 32 pairs
           // instead of one (a lane's slots would otherwise each cost the whole warp a chain).
-          // The owner takes each value into its point's best with combineBest, which gives the
-          // scan's result whatever the order: the first index among the closest.
+          // The pairs that do not fall go first, in index order (consider); then the owner takes
+          // each falling pair's value into its point's best with combineBest, which breaks ties
+          // by index: the scan's result, the first index among the closest.
           static_assert(kAssignThreads / 32 * 32 * (sizeof(H) + sizeof(int)) <= kStageBytes<LowT>);
           const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
           H* value = reinterpret_cast<H*>(stage) + warp * 32;
           int* pair =
               reinterpret_cast<int*>(reinterpret_cast<H*>(stage) + kAssignThreads) + warp * 32;
+#pragma unroll
+          for (int m = 0; m < kPer; ++m)
+            consider(
+                m, [&](long long, int n, int j) { return convert<H>(expanded(m, n, j).distance); },
+                fell >> (m * kPer) & ((1u << kPer) - 1));
           unsigned pending = fell;
           for (;;) {
             const int count = __popc(pending);
@@ -511,11 +517,6 @@ __device__ void tiledLabels(const A& a, long long tile, long long end, const Low
             pending &= ~mine;
             __syncwarp();  // the next round writes pair[] and value[] again
           }
-#pragma unroll
-          for (int m = 0; m < kPer; ++m)
-            consider(
-                m, [&](long long, int n, int j) { return convert<H>(expanded(m, n, j).distance); },
-                fell >> (m * kPer) & ((1u << kPer) - 1));
           __syncthreads();  // the next tileDots writes the stage again
         }
       } else {
