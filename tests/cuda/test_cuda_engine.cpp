@@ -756,6 +756,38 @@ TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
   EXPECT_LE(seen, 4);
 }
 
+// The tiled mixed pass (D >= 16) takes a pair that falls back through the direct formula and
+// one that does not through the expanded value, in different steps; a tie between the two must
+// still go to the lower index, as in the sequential scan. On the first axis of D = 16 (the other
+// features 0), the point x = 1 lies 0.5 from centre 0 (at 0.5) and from centre 1 (at 1.5). In
+// fp16 both expanded values are exactly 0.25, as is centre 1's direct distance, but the
+// reliability test (rho 5 E = 0.0887 s) accepts centre 0's (s = 1.25) and sends centre 1's
+// (s = 3.25) to the direct formula: label 0, and three falling pairs (each centre with its own
+// point, and x with centre 1).
+TEST(CudaEngine, TiledMixedPassBreaksTiesBetweenFallingAndReliablePairsByIndex) {
+  KMSEG_REQUIRE_GPU();
+  constexpr std::size_t d = 16;
+  Matrix data(3, d);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t q = 0; q < d; ++q) data(i, q) = 0.0;
+  data(0, 0) = 0.5;
+  data(1, 0) = 1.5;
+  data(2, 0) = 1.0;
+  const Matrix init = gatherRows(data, {0, 1});
+  auto cpu = makeCpuEngine(0);
+  auto gpu = makeCudaEngine();
+  for (Mode mode : {Mode::Fp16Fp32, Mode::Fp16Fp64}) {
+    SCOPED_TRACE(modeName(mode));
+    const KMeansParams p = paramsFor(mode, 2, 1);
+    const KMeansResult a = cpu->run(data, init, p);
+    ASSERT_EQ(a.labels, (std::vector<std::int32_t>{0, 1, 0}));
+    ASSERT_EQ(a.fallbacks, 3);
+    const KMeansResult b = gpu->run(data, init, p);
+    EXPECT_EQ(b.labels, a.labels);
+    EXPECT_EQ(b.fallbacks, a.fallbacks);
+  }
+}
+
 // The paper's near-points setting: clusters far from the origin and close to each other, so
 // that the expanded formula in fp16/bf16 cannot separate them; the mixed modes fall back and
 // recover the fp64 labels.
