@@ -2614,26 +2614,21 @@ __global__ void __launch_bounds__(kAssignThreads) sseKernel(A a) {
   const long long end = min(a.n, begin + a.chunk);
   const int d = a.d;
   double s = 0.0;
+  // Point i's features q0, q0 + step, ... into s.
+  auto addRow = [&](long long i, int q0, int step) {
+    const double* x = a.x64 + i * d;
+    const auto* c = a.cw + std::size_t(a.labels[i]) * d;
+#pragma unroll 4
+    for (int q = q0; q < d; q += step) {
+      const double t = x[q] - double(c[q]);
+      s = s + t * t;
+    }
+  };
   if (d >= kSseWarpRowsMinD) {
     const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-    for (long long i = begin + warp; i < end; i += kWarps) {
-      const double* x = a.x64 + i * d;
-      const auto* c = a.cw + std::size_t(a.labels[i]) * d;
-#pragma unroll 4
-      for (int q = lane; q < d; q += 32) {
-        const double t = x[q] - double(c[q]);
-        s = s + t * t;
-      }
-    }
+    for (long long i = begin + warp; i < end; i += kWarps) addRow(i, lane, 32);
   } else {
-    for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      const double* x = a.x64 + i * d;
-      const auto* c = a.cw + std::size_t(a.labels[i]) * d;
-      for (int q = 0; q < d; ++q) {
-        const double t = x[q] - double(c[q]);
-        s = s + t * t;
-      }
-    }
+    for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) addRow(i, 0, 1);
   }
   buf[threadIdx.x] = s;
   __syncthreads();

@@ -767,9 +767,7 @@ TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
 TEST(CudaEngine, TiledMixedPassBreaksTiesBetweenFallingAndReliablePairsByIndex) {
   KMSEG_REQUIRE_GPU();
   constexpr std::size_t d = 16;
-  Matrix data(3, d);
-  for (std::size_t i = 0; i < 3; ++i)
-    for (std::size_t q = 0; q < d; ++q) data(i, q) = 0.0;
+  Matrix data(3, d);  // zeros
   data(0, 0) = 0.5;
   data(1, 0) = 1.5;
   data(2, 0) = 1.0;
@@ -874,12 +872,10 @@ TEST(CudaEngine, AutoChoosesTheDevice) {
   EXPECT_NE(c.engine->description().find("CUDA"), std::string::npos);
 }
 
-// The fast pass's block count moves off counts whose blocks keep their image columns round after
-// round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
-// resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
 // The tiled pass's one wave: N = 100 000 on the H200's 264 slots (two blocks per SM) is 1 563
 // sub-tiles of 64 points, 6 per block (261 blocks; the last one short); few points take a
-// block per sub-tile; the partials' memory caps the blocks.
+// block per sub-tile; the partials' memory caps the blocks (host arithmetic only: runs without
+// a device).
 TEST(CudaLaunchShape, TiledPassTakesOneWaveOfEvenShares) {
   using cuda::TiledGrid;
   using cuda::tiledGrid;
@@ -915,6 +911,9 @@ TEST(CudaLaunchShape, TiledPassTakesOneWaveOfEvenShares) {
       }
 }
 
+// The fast pass's block count moves off counts whose blocks keep their image columns round after
+// round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
+// resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
 TEST(CudaLaunchShape, BlocksDoNotKeepToTheSameColumns) {
   using cuda::spreadBlocks;
   // 14 MP, 4209 x 3326: 264 tile columns, 416 bands. kWarps B is a multiple of 264 for every
