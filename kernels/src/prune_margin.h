@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// The fast pass's pruning margin for uniform fp16 / bf16 (plain C++ for the host and the device,
+// so that a host test can check it against the CPU engine's emulated arithmetic).
+
+#include <cmath>
+
+#include "kmseg/config.h"
+
+namespace kmseg::cuda {
+
+/// Coefficients of shiftedMargin, rounded up to float.
+struct ShiftMargin {
+  float err;  ///< of n, the bound of ||x~||^2 + ||c~||^2
+  float eta;  ///< of U, the bound of ||x~ - c~||^2
+  float dot;  ///< of sum_q (D - q) X_q |c~_q|
+};
+
+/// The coefficients for D features and unit roundoff u of the low precision (host only).
+///
+/// The expanded value d^ = fl(s - 2 dot^) of a pair, with s = fl(fl(||x~||^2) + cc) and dot^ the
+/// chain dot_1 = fl(x~_0 c~_0), dot_k = fl(x~_{k-1} c~_{k-1} + dot_{k-1}) (dotProduct), less the
+/// roundings A of the point's norm and B of the centre's (computed exactly elsewhere), is within
+/// M of ||x~ - c~||^2:
+///   d^ - A - B - ||x~ - c~||^2 = e_s - 2 e_dot + e_d.
+/// Step k of the chain rounds a value of magnitude at most (1 + gamma_D) P_k, P_k = sum over
+/// q < k of |x~_q c~_q|, so |e_dot| <= u (1 + gamma_D) sum_q (D - q) |x~_q c~_q|: the early
+/// products are rounded with every later step (weights D, D - 1, ..., 1), where gamma_D n bounds
+/// them all as if each had weight D. |e_s| <= u (fl(||x~||^2) + cc) <= u (1 + gamma_D) n, and
+/// |e_d| <= u |s - 2 dot^| <= u (U + gamma_D n + |e_s| + 2 |e_dot|). So
+///   M = (1 + u)(2 |e_dot| + |e_s|) + u U + u gamma_D n,
+/// with a factor 1.05 for the float arithmetic of the bounds, 2^-18 n for the float rounding of
+/// the norms and of the box, and (shiftedMargin) 2^-20 for fp16 underflow (at most 12 roundings
+/// of 2^-25 each).
+inline ShiftMargin shiftMarginCoefficients(int d, double u) {
+  const double g = d * u / (1.0 - d * u);
+  auto up = [](double v) { return std::nextafter(float(v), HUGE_VALF); };
+  return {up(1.05 * (u * (1.0 + g) * (1.0 + u) + u * g) + 0x1p-18), up(1.05 * u),
+          up(1.05 * 2.0 * u * (1.0 + g) * (1.0 + u))};
+}
+
+/// M for a centre c~ (as floats) against every point of a box with |x~_q| <= X_q, where n bounds
+/// ||x~||^2 + ||c~||^2 and U bounds ||x~ - c~||^2 from above.
+template <int D>
+KMSEG_HOST_DEVICE inline float shiftedMargin(const float (&X)[D], const float (&c)[D], float n,
+                                             float U, const ShiftMargin& k) {
+  float w = 0.f;
+  for (int q = 0; q < D; ++q) w = fmaf(float(D - q) * X[q], fabsf(c[q]), w);
+  return fmaf(k.dot, w, fmaf(k.eta, U, fmaf(k.err, n, 0x1p-20f)));
+}
+
+}  // namespace kmseg::cuda
