@@ -776,23 +776,27 @@ struct alignas(16) HighCentre {
   H c[DT];
 };
 
-// ---- the packed pass (fp16 and bf16 distances, two centres per instruction) ------------------
+// ---- the packed pass (fp16 and bf16 distances, two points per instruction) -------------------
 //
-// With LowT = __half or __nv_bfloat16 the fast pass evaluates each point against two centres at
-// once with half2 / bfloat162 arithmetic: each lane of a packed fma rounds exactly as the scalar
-// fma of the shared formulas, so the two lanes hold the distances of centres 2t and 2t + 1 bit
-// for bit. The argmin runs on the packed values too (per-lane masks select value and index), one
-// running minimum per lane; the two are merged at the end by (distance, index), which is what the
-// sequential scan with ties to the lowest index gives.
+// With LowT = __half or __nv_bfloat16 the fast pass evaluates two of a thread's points against
+// one centre at once with half2 / bfloat162 arithmetic: points 2h and 2h + 1 in the low and high
+// lanes of one register per feature, the centre's features broadcast to both. Each lane of a
+// packed fma rounds exactly as the scalar fma of the shared formulas, so the two lanes hold the
+// two points' distances bit for bit. The argmin runs on the packed values too: per lane a running
+// minimum and its index, replaced by a strictly smaller value (per-lane masks select value and
+// index) as the centres come in increasing order, which is the sequential scan with ties to the
+// lowest index. A centre costs the same whether or not its neighbours are candidates (an earlier
+// layout, two centres per register, paid for both centres of a pair when either was a candidate:
+// a pruned tile scans 2-5 of its 32 centres, so most pairs held only one).
 //
 // Mixed modes: the reliability test d^ > fl_H(f s) is replaced, for most pairs, by a packed test
 // that is sufficient: d^ > fl_low(f' s + m), with f' >= f (1 + 4 u_low) rounded up to LowT and m
 // the smallest normal LowT. Since f' s + m is in LowT's normal range, fl_low(f' s + m) >=
 // (f' s + m)(1 - u_low) >= f s (1 + 4 u_low)(1 - u_low) > f s (1 + u_H) >= fl_H(f s) for s >= 0
 // (and = m > 0 = fl_H(f s) for s = 0). Pairs that pass are reliable and their distance is d^.
-// Pairs that do not are marked in a bit set (16 centre pairs per 32-bit word) and evaluated
-// afterwards with the exact scalar code (mixedDistance), which decides the fallback, so the
-// fallback count is the exact one. Valid when no distance can overflow: the host takes this
+// Pairs that do not are marked in a bit set (16 centres and two points per 32-bit word) and
+// evaluated afterwards with the exact scalar code (mixedDistance), which decides the fallback, so
+// the fallback count is the exact one. Valid when no distance can overflow: the host takes this
 // pass only when every feature's magnitude is at most kFastMaxAbs<LowT> (then s, 2 x^T c and
 // d^ are finite and d = fma(-2, dot, s) equals s - 2 dot, since 2 dot is exact).
 
@@ -811,7 +815,7 @@ inline constexpr bool kPackedPass = std::is_same_v<LowT, __half> ||
 
 template <class LowT>
 struct Packed {
-  using type = LowT;  // not packed: PairCentre<LowT> is declared but never used
+  using type = LowT;  // not packed: packedAssign is never instantiated for it
 };
 template <>
 struct Packed<__half> {
@@ -828,19 +832,6 @@ template <class LowT>
 inline constexpr double kFastMaxAbs = std::is_same_v<LowT, __half> ? 64.0 : 1e18;
 template <>
 inline constexpr double kFastMaxAbs<double> = 1e150;
-
-/// Two centres of the packed pass in shared memory: centre 2t in the low lane, 2t + 1 in the
-/// high lane (for odd K the high lane of the last pair has norm +inf, so it never wins), their
-/// indices as two 16-bit halves, and `bits`: the pair's bits in the not-sure set (bit t mod 16
-/// for the low lane, bit 16 + t mod 16 for the high lane; 0 for a missing centre).
-template <class LowT, int DT>
-struct alignas(16) PairCentre {
-  using T2 = typename Packed<LowT>::type;
-  T2 c[DT];
-  T2 cc;
-  unsigned bits;
-  unsigned index;
-};
 
 template <class T2>
 __device__ inline unsigned bitsOf(T2 v) {
@@ -864,22 +855,6 @@ __device__ inline LowT lane(typename Packed<LowT>::type v, int hi) {
   return hi ? v.y : v.x;
 }
 
-template <int DT, class A>
-__device__ PairCentre<std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>, DT> makePairCentre(
-    const A& a, int t) {
-  using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
-  PairCentre<LowT, DT> c;
-  const int j0 = 2 * t, j1 = 2 * t + 1;
-  const bool has1 = j1 < a.k;
-  const LowT zero = Math<LowT>::from(0.0);
-  for (int q = 0; q < DT; ++q) c.c[q] = {a.cl[j0 * DT + q], has1 ? a.cl[j1 * DT + q] : zero};
-  c.cc = {a.ccl[j0], has1 ? a.ccl[j1] : Math<LowT>::from(__builtin_huge_val())};
-  const int b = t & 15;
-  c.bits = (1u << b) | (has1 ? 1u << (16 + b) : 0u);
-  c.index = unsigned(j0) | (unsigned(has1 ? j1 : 0xffff) << 16);
-  return c;
-}
-
 /// The smallest LowT >= v (up) or the largest LowT <= v (v > 0 and finite), on the host.
 template <class LowT>
 LowT roundToLow(double v, bool up) {
@@ -899,32 +874,11 @@ LowT roundToLow(double v, bool up) {
   return r;
 }
 
-/// The even bits of x (bit 2i -> bit i), in the low 16 bits.
-__device__ inline unsigned evenBits(unsigned x) {
-  x &= 0x55555555u;
-  x = (x | (x >> 1)) & 0x33333333u;
-  x = (x | (x >> 2)) & 0x0f0f0f0fu;
-  x = (x | (x >> 4)) & 0x00ff00ffu;
-  return (x | (x >> 8)) & 0x0000ffffu;
-}
-
-/// The 16 centre pairs of a word of 32 candidate bits (centres 2t, 2t + 1 -> bit t): a pair is a
-/// candidate when either of its centres is.
-__device__ inline unsigned candidatePairs(unsigned centres) {
-  return evenBits(centres | (centres >> 1));
-}
-
-/// A word of 32 centre bits (centre 2t + h -> bit 2t + h) in the layout of PairCentre::bits
-/// (centre 2t + h -> bit 16 h + t).
-__device__ inline unsigned pairBits(unsigned centres) {
-  return evenBits(centres) | evenBits(centres >> 1) << 16;
-}
-
 /// Packed assignment of P points (rows w, in W) of one thread: best[p] gets the label, fallbacks
-/// the exact fallback count of the valid points. The scan takes the candidate pairs of `cand`
-/// (warpCandidates' words: a pair when either centre is a candidate); `win` holds the centres
-/// that may win (the others are candidates only for their fallbacks). With kCount (mixed modes)
-/// it finds no label: fallbacks gets the fallbacks of the centres in `cand` only.
+/// the exact fallback count of the valid points. The scan takes the candidates of `cand`
+/// (warpCandidates' words); `win` holds the centres that may win (the others are candidates only
+/// for their fallbacks). With kCount (mixed modes) it finds no label: fallbacks gets the
+/// fallbacks of the centres in `cand`.
 ///
 /// Mixed modes: besides the packed test that vouches for reliable pairs (see above), a second
 /// one vouches for falling ones: d^ < fl_low(f'' s - m) with f'' <= f (1 - 4 u_low) rounded down
@@ -933,8 +887,8 @@ __device__ inline unsigned pairBits(unsigned centres) {
 /// <= f s (1 - 4 u_low)(1 + u_low) < f s (1 - u_H) <= fl_H(f s). Such a pair falls back without
 /// the scalar re-evaluation: it is counted, and its direct distance is computed only when its
 /// centre may win. The few pairs that neither test vouches for take the exact scalar formulas.
-template <int P, bool kCount, class A, class PC, class HC, class WT, int DT>
-__device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, const unsigned* cand,
+template <int P, bool kCount, class A, class LC, class HC, class WT, int DT>
+__device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, const unsigned* cand,
                                     const unsigned* win, const WT (&w)[P][DT],
                                     const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
@@ -942,19 +896,25 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
   using H = typename A::H;
   constexpr bool kFallback = A::kFallback;
   static_assert(kFallback || !kCount, "counting needs a fallback");
-  const int pairs = (a.k + 1) / 2;
-  // Point p's x~ as (x0, x1), (x2, x3), (x4, ||x~||^2): the packed fmas take one lane of each
-  // register broadcast to both lanes.
-  LowT x[P][DT];
-  LowT xx[P];
-  unsigned bestBits[P], bestIdx[P];
+  static_assert(P % 2 == 0, "points go in twos");
+  constexpr int P2 = P / 2;
+  // Points 2h and 2h + 1 as the low and high lanes: x2[h][q] and their norms xx2[h]; per lane the
+  // best value so far (bits of bestBits[h]) and its index (the halves of bestIdx[h]).
+  T2 x2[P2][DT];
+  T2 xx2[P2];
+  unsigned bestBits[P2], bestIdx[P2];
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
+  for (int h = 0; h < P2; ++h) {
+    LowT x0[DT], x1[DT];
 #pragma unroll
-    for (int q = 0; q < DT; ++q) x[p][q] = convert<LowT>(w[p][q]);
-    xx[p] = squaredNorm<LowT>(x[p], DT);
-    bestBits[p] = bitsOf(broadcast<LowT>(Math<LowT>::from(__builtin_huge_val())));
-    bestIdx[p] = 0xffffffffu;
+    for (int q = 0; q < DT; ++q) {
+      x0[q] = convert<LowT>(w[2 * h][q]);
+      x1[q] = convert<LowT>(w[2 * h + 1][q]);
+      x2[h][q] = T2{x0[q], x1[q]};
+    }
+    xx2[h] = T2{squaredNorm<LowT>(x0, DT), squaredNorm<LowT>(x1, DT)};
+    bestBits[h] = bitsOf(broadcast<LowT>(Math<LowT>::from(__builtin_huge_val())));
+    bestIdx[h] = 0xffffffffu;
   }
   const T2 zero2 = broadcast<LowT>(Math<LowT>::from(0.0));
   const T2 minus2 = broadcast<LowT>(Math<LowT>::from(-2.0));
@@ -968,80 +928,78 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
 #pragma unroll
     for (int p = 0; p < P; ++p) slowD[p] = H(__builtin_huge_val()), slowJ[p] = 0x7fffffff;
   }
-  for (int t0 = 0; t0 < pairs; t0 += 16) {
-    // The chunk's candidate pairs, in increasing order: pair t stays when either of its centres
-    // is a candidate (warpCandidates); centre word t0 / 16 holds the chunk's 32 centres.
-    unsigned left = candidatePairs(cand[t0 >> 4]);
-    if (left == 0) continue;
-    // Per point, the pairs (PairCentre::bits) that the packed tests vouch for: reliable, falling.
-    unsigned sure[P], falls[P];
-    unsigned scanned = 0;
+  // Chunks of 16 centres: the mixed modes' bit sets hold centre t0 + b at bit b for point 2h and
+  // at bit 16 + b for point 2h + 1.
+  for (int t0 = 0; t0 < a.k; t0 += 16) {
+    const unsigned chunk = cand[t0 >> 5] >> (t0 & 16) & 0xffffu;
+    if (chunk == 0) continue;
+    unsigned sure[P2], falls[P2];
 #pragma unroll
-    for (int p = 0; p < P; ++p) sure[p] = 0, falls[p] = 0;
+    for (int h = 0; h < P2; ++h) sure[h] = 0, falls[h] = 0;
+    unsigned left = chunk;
     while (left) {
-      const int t = t0 + __ffs(left) - 1;
+      const int b = __ffs(left) - 1;
       left &= left - 1;
-      const PC c = scp[t];
-      scanned |= c.bits;
+      const int j = t0 + b;
+      const LC c = scl[j];
+      const unsigned index = unsigned(j) * 0x10001u;
+      const unsigned bits = 0x10001u << b;
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
+      for (int h = 0; h < P2; ++h) {
         T2 dot = zero2;
 #pragma unroll
-        for (int q = 0; q < DT; ++q) dot = __hfma2(broadcast<LowT>(x[p][q]), c.c[q], dot);
-        const T2 s = __hadd2_rn(broadcast<LowT>(xx[p]), c.cc);
+        for (int q = 0; q < DT; ++q) dot = __hfma2(x2[h][q], broadcast<LowT>(c.c[q]), dot);
+        const T2 s = __hadd2_rn(xx2[h], broadcast<LowT>(c.cc));
         const T2 d = __hfma2(minus2, dot, s);
         unsigned take = 0;
-        if constexpr (!kCount) take = __hlt2_mask(d, fromBits<T2>(bestBits[p]));
+        if constexpr (!kCount) take = __hlt2_mask(d, fromBits<T2>(bestBits[h]));
         if constexpr (kFallback) {
           const unsigned reliable = __hgt2_mask(d, __hfma2(sure2, s, floor2));
-          sure[p] |= reliable & c.bits;
-          falls[p] |= __hlt2_mask(d, __hfma2(fall2, s, fallFloor2)) & c.bits;
+          sure[h] |= reliable & bits;
+          falls[h] |= __hlt2_mask(d, __hfma2(fall2, s, fallFloor2)) & bits;
           take &= reliable;
         }
         if constexpr (!kCount) {
-          bestBits[p] = (bitsOf(d) & take) | (bestBits[p] & ~take);
-          bestIdx[p] = (c.index & take) | (bestIdx[p] & ~take);
+          bestBits[h] = (bitsOf(d) & take) | (bestBits[h] & ~take);
+          bestIdx[h] = (index & take) | (bestIdx[h] & ~take);
         }
       }
     }
     if constexpr (kFallback) {
-      // Counted: with kCount the centres of `cand` only (a scanned pair's other centre is not
-      // its business), else both centres of every scanned pair.
-      const unsigned counted = kCount ? pairBits(cand[t0 >> 4]) & scanned : scanned;
-      const unsigned winners = kCount ? 0u : pairBits(win[t0 >> 4]);
+      const unsigned winners = kCount ? 0u : win[t0 >> 5] >> (t0 & 16) & 0xffffu;
 #pragma unroll
       for (int p = 0; p < P; ++p) {
-        if (valid[p]) fallbacks += unsigned(__popc(falls[p] & counted));
+        const int h = p >> 1, hi = p & 1;
+        const unsigned fell = falls[h] >> (16 * hi) & 0xffffu;
+        if (valid[p]) fallbacks += unsigned(__popc(fell));
         H xh[DT];
 #pragma unroll
         for (int q = 0; q < DT; ++q) xh[q] = convert<H>(w[p][q]);
         if constexpr (!kCount) {
           // Falling pairs whose centre may win: the direct formula.
-          unsigned direct = falls[p] & winners;
+          unsigned direct = fell & winners;
           while (direct) {
-            const int b = __ffs(direct) - 1;
+            const int j = t0 + __ffs(direct) - 1;
             direct &= direct - 1;
-            const int j = 2 * (t0 + (b & 15)) + (b >> 4);
             const H dj = directDistance<H>(xh, sch[j].c, DT);
             if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
           }
         }
         // The pairs neither packed test vouched for: the exact scalar formulas.
-        unsigned rest = counted & ~(sure[p] | falls[p]);
-        while (rest) {
-          const int b = __ffs(rest) - 1;
-          rest &= rest - 1;
-          const int hi = b >> 4;
-          const int j = 2 * (t0 + (b & 15)) + hi;
-          const PC& c = scp[j >> 1];
-          LowT cj[DT];
+        unsigned rest = chunk & ~((sure[h] | falls[h]) >> (16 * hi));
+        if (rest == 0) continue;
+        LowT xp[DT];
 #pragma unroll
-          for (int q = 0; q < DT; ++q) cj[q] = lane<LowT>(c.c[q], hi);
-          const LowT dot = dotProduct<LowT>(x[p], cj, DT);
+        for (int q = 0; q < DT; ++q) xp[q] = lane<LowT>(x2[h][q], hi);
+        const LowT xxp = lane<LowT>(xx2[h], hi);
+        while (rest) {
+          const int j = t0 + __ffs(rest) - 1;
+          rest &= rest - 1;
+          const LC& c = scl[j];
+          const LowT dot = dotProduct<LowT>(xp, c.c, DT);
           bool fell = false;
-          const H dj =
-              mixedDistance<LowT, H>(expandedDistance<LowT>(xx[p], lane<LowT>(c.cc, hi), dot), xh,
-                                     sch[j].c, DT, a.factor, &fell);
+          const H dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xxp, c.cc, dot), xh, sch[j].c,
+                                              DT, a.factor, &fell);
           fallbacks += unsigned(fell && valid[p]);
           if constexpr (!kCount)
             if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
@@ -1050,18 +1008,15 @@ __device__ inline void packedAssign(const A& a, const PC* scp, const HC* sch, co
     }
   }
   if constexpr (!kCount) {
-    // Merge the lanes' minima (and the exactly evaluated pairs') by (distance, index).
+    // Each lane's minimum, and in mixed modes the exactly evaluated pairs' by (distance, index).
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      const T2 v = fromBits<T2>(bestBits[p]);
-      using C = std::conditional_t<kFallback, H, float>;
-      C bd = convert<C>(v.x);
-      int bj = int(bestIdx[p] & 0xffff);
-      const C d1 = convert<C>(v.y);
-      const int j1 = int(bestIdx[p] >> 16);
-      if (d1 < bd || (d1 == bd && j1 < bj)) bd = d1, bj = j1;
-      if constexpr (kFallback)
-        if (slowD[p] < bd || (slowD[p] == bd && slowJ[p] < bj)) bd = slowD[p], bj = slowJ[p];
+      const int h = p >> 1, hi = p & 1;
+      int bj = int(bestIdx[h] >> (16 * hi) & 0xffffu);
+      if constexpr (kFallback) {
+        const H bd = convert<H>(lane<LowT>(fromBits<T2>(bestBits[h]), hi));
+        if (slowD[p] < bd || (slowD[p] == bd && slowJ[p] < bj)) bj = slowJ[p];
+      }
       best[p] = bj;
     }
   }
@@ -1227,8 +1182,7 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
 // therefore bit-identical to the full scan (KMeansParams::useBounds = false turns pruning off; a
 // GPU test compares the two). The warp's points scan the union of their candidates, in
 // increasing index order. The bounds are computed in float; the margins (err's 2^-18 part, errH)
-// cover their rounding and that of fp64 centres and rows to float. The packed pass scans a centre
-// pair when either centre is a candidate (and counts the fallbacks of both there).
+// cover their rounding and that of fp64 centres and rows to float.
 
 // Order-preserving map of (non-NaN) floats to signed integers, for the warp's integer min / max:
 // non-negative floats keep their bits, negative ones flip their magnitude bits (-0 maps below +0).
@@ -1376,11 +1330,9 @@ __device__ inline Box<DT> warpBox(const WT (&w)[P][DT]) {
 struct TileCandidates {
   int only;        ///< the one centre that may win, or -1 when there are more
   int candidates;  ///< the candidate centres: those that may win and those kept for fallbacks
-  /// Mixed modes: the centres whose pairs all fall back (class falls) and that the pass counts
-  /// as fallbacks without evaluating them: `skipped`, those that are not candidates (when only
-  /// the candidates' own pairs are counted: tiles with one winner); `scanned`, those that the
-  /// full scan does not evaluate (the packed pass evaluates both centres of a candidate pair).
-  int fallsSkipped, fallsScanned;
+  /// Mixed modes: the centres whose pairs all fall back (class falls) and that are not
+  /// candidates, so that the pass counts their pairs as fallbacks without evaluating them.
+  int fallsSkipped;
   int onlyClass;  ///< the class of the one winner's pairs (PairClass)
 };
 
@@ -1389,29 +1341,20 @@ struct TileCandidates {
 /// are ready after the call. A centre that can neither win nor tie for any point of the box is
 /// left out when, in a mixed mode, its pairs either all pass the reliability test or all fall
 /// back (counted, TileCandidates); otherwise it stays a candidate for its fallbacks only.
-template <bool kPacked, class A, class LC, class PC, int DT>
-__device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const PC* scp,
-                                                const Box<DT>& b, unsigned* cand, unsigned* win,
-                                                int laneId) {
+template <class A, class LC, int DT>
+__device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const Box<DT>& b,
+                                                unsigned* cand, unsigned* win, int laneId) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   constexpr bool kFallback = A::kFallback;
   MixedBounds mb{};
   if constexpr (kFallback)
     mb = {sqrtf(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
   auto bounds = [&](int j, float& low, float& high, int& cls) {
-    float c[DT], cc;
-    if constexpr (kPacked) {
-      const PC& pc = scp[j >> 1];
-      const int hi = j & 1;
+    const LC& lc = scl[j];
+    float c[DT];
 #pragma unroll
-      for (int q = 0; q < DT; ++q) c[q] = convert<float>(lane<LowT>(pc.c[q], hi));
-      cc = convert<float>(lane<LowT>(pc.cc, hi));
-    } else {
-      const LC& lc = scl[j];
-#pragma unroll
-      for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
-      cc = convert<float>(lc.cc);
-    }
+    for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
+    const float cc = convert<float>(lc.cc);
     centreBounds<kFallback, !kFallback && kPackedLow<LowT>>(
         b, c, cc, a.pruneErr, a.pruneEta, a.pruneDot, a.pruneThr, mb, low, high, cls);
   };
@@ -1428,7 +1371,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const
     best = fminf(best, high);
   }
   best = __int_as_float(warpMin(__float_as_int(best)));
-  TileCandidates r{-1, 0, 0, 0, kClassUnknown};
+  TileCandidates r{-1, 0, 0, kClassUnknown};
   int winners = 0;
   for (int j0 = 0; j0 < a.k; j0 += 32) {
     const int j = j0 + laneId;
@@ -1449,14 +1392,6 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const
     if constexpr (kFallback) {
       const unsigned falls = __ballot_sync(0xffffffffu, j < a.k && cls == kClassFalls);
       r.fallsSkipped += __popc(falls & ~word);
-      if constexpr (kPacked) {
-        // Both centres of a pair with a candidate are scanned (and counted there).
-        unsigned pairs = (word | word >> 1) & 0x55555555u;
-        pairs |= pairs << 1;
-        r.fallsScanned += __popc(falls & ~pairs);
-      } else {
-        r.fallsScanned += __popc(falls & ~word);
-      }
       const unsigned sure = __ballot_sync(0xffffffffu, j < a.k && cls == kClassReliable);
       if (mayWin) {
         const int bit = __ffs(mayWin) - 1;
@@ -1482,13 +1417,9 @@ template <class LowT, class H, class WT, int DT>
 constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
   const std::size_t acc = std::size_t(kWarps) * k * DT * slots * sizeof(WT);
   const std::size_t counts = (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
-  std::size_t centres = k * sizeof(LowCentre<LowT, DT>);
+  const std::size_t centres = k * sizeof(LowCentre<LowT, DT>);
   const std::size_t cand =
       (std::size_t(kWarps) * 2 * fastCandidateWords(k) * sizeof(unsigned) + 15) / 16 * 16;
-  if constexpr (kPackedLow<LowT>) {
-    if (fallback ? kPackedPass<LowT, true> : kPackedPass<LowT, false>)
-      centres = (k + 1) / 2 * sizeof(PairCentre<LowT, DT>);
-  }
   return (acc + 15) / 16 * 16 + counts + cand + centres +
          (fallback ? k * sizeof(HighCentre<H, DT>) : 0);
 }
@@ -1709,11 +1640,11 @@ __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT
 /// the working-precision rows are read: the low-precision x~ is convert<LowT>(x_W) in registers,
 /// the same single rounding as convertKernel's copy. Every per-pair distance is the shared formula
 /// of distance.h, evaluated per element: scalar for fp64 / fp32 distances (scalarAssign), two
-/// centres per packed instruction for fp16 / bf16 (packedAssign, see kPackedPass). The host takes
+/// points per packed instruction for fp16 / bf16 (packedAssign, see kPackedPass). The host takes
 /// this pass only when no distance can overflow (kFastMaxAbs); the generic assignKernel covers the
 /// rest. Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
-/// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre or
-/// PairCentre, HighCentre).
+/// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre, and
+/// HighCentre in mixed modes).
 /// Tiles with one winner (with pruning): a round first bounds the centres with the tile's box
 /// (tileBoxKernel) and reads the tile's label state (Args::tileState). When the box leaves one
 /// centre j that may win, and the tile is whole, every point takes j (the box proves it) and no
@@ -1744,7 +1675,6 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   using H = typename A::H;
   using LC = LowCentre<LowT, DT>;
   using HC = HighCentre<H, DT>;
-  using PC = PairCentre<LowT, DT>;
   constexpr bool kFallback = A::kFallback;
   constexpr bool kPacked = kPackedPass<LowT, kFallback>;
   // Old labels loaded with the rows are held through the assignment (two label words now; one
@@ -1774,10 +1704,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   unsigned* cand = reinterpret_cast<unsigned*>(p8) + warp * 2 * candWords;
   unsigned* win = cand + candWords;
   p8 += (std::size_t(kWarps) * 2 * candWords * sizeof(unsigned) + 15) / 16 * 16;
-  const int lowCentres = kPacked ? (k + 1) / 2 : k;
   LC* scl = reinterpret_cast<LC*>(p8);
-  PC* scp = reinterpret_cast<PC*>(p8);
-  HC* sch = reinterpret_cast<HC*>(p8 + lowCentres * (kPacked ? sizeof(PC) : sizeof(LC)));
+  HC* sch = reinterpret_cast<HC*>(p8 + k * sizeof(LC));
 
   // The warp's tiles: tile = kWarps (b + r B) + warp in round r for block b of B, in band
   // tile / tileCols (rows kTileRows band ...) and column tile mod tileCols.
@@ -1822,15 +1750,11 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   __shared__ unsigned totals[3];
   if (threadIdx.x < 3) totals[threadIdx.x] = 0;
   if (assign) {
-    if constexpr (kPacked) {
-      for (int t = threadIdx.x; t < lowCentres; t += blockDim.x) scp[t] = makePairCentre<DT>(a, t);
-    } else {
-      for (int j = threadIdx.x; j < k; j += blockDim.x) {
-        LC c;
-        for (int q = 0; q < DT; ++q) c.c[q] = a.cl[j * DT + q];
-        c.cc = a.ccl[j];
-        scl[j] = c;
-      }
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+      LC c;
+      for (int q = 0; q < DT; ++q) c.c[q] = a.cl[j * DT + q];
+      c.cc = a.ccl[j];
+      scl[j] = c;
     }
     if constexpr (kFallback) {
       for (int j = threadIdx.x; j < k; j += blockDim.x) {
@@ -1909,7 +1833,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       if (lane == 0) atomicAdd(&count[only], 32u * P);
       __syncwarp();
     };
-    int fallsScanned = 0;  // mixed modes: centres left out whose pairs all fall back
+    int fallsSkipped = 0;  // mixed modes: centres left out whose pairs all fall back
     int only = -1;         // mixed modes: the one winner, whose tile reads its rows
     unsigned onlyState = 0;
     if (assign && a.prune) {
@@ -1917,7 +1841,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       const unsigned state = a.tileState[tile];
       bool wholeTile;
       const Box<DT> box = loadBox(a.boxes + tile, wholeTile);
-      const TileCandidates tc = warpCandidates<kPacked>(a, scl, scp, box, cand, win, lane);
+      const TileCandidates tc = warpCandidates(a, scl, box, cand, win, lane);
       prefetchNextRows();
       if (tc.only >= 0 && wholeTile) {
         const bool readRows = kFallback && (tc.candidates > 1 || tc.onlyClass == kClassUnknown);
@@ -1934,7 +1858,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         only = tc.only;
         onlyState = state;
       } else {
-        fallsScanned = tc.fallsScanned;
+        fallsSkipped = tc.fallsSkipped;
       }
     }
     WT w[P][DT];
@@ -1946,7 +1870,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         if constexpr (kPacked) {
           const bool valid[P] = {true, true, true, true};
           int best[P];
-          packedAssign<P, true>(a, scp, sch, cand, win, w, valid, best, fallbacks);
+          packedAssign<P, true>(a, scl, sch, cand, win, w, valid, best, fallbacks);
         } else {
           scalarCount<P>(a, scl, cand, w, fallbacks);
         }
@@ -1955,7 +1879,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       }
     }
     const bool whole = have == P;
-    if constexpr (kFallback) fallbacks += unsigned(have * fallsScanned);
+    if constexpr (kFallback) fallbacks += unsigned(have * fallsSkipped);
     int label[P];
     bool valid[P];
 #pragma unroll
@@ -1983,7 +1907,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     if (assign) {
       int best[P];
       if constexpr (kPacked)
-        packedAssign<P, false>(a, scp, sch, cand, win, w, valid, best, fallbacks);
+        packedAssign<P, false>(a, scl, sch, cand, win, w, valid, best, fallbacks);
       else
         scalarAssign<P>(a, scl, sch, cand, win, w, valid, best, fallbacks);
       // All loads before any store (from L2: prefetched with the rows).
