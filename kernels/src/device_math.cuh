@@ -74,6 +74,22 @@ __host__ __device__ inline double convert<double, float>(float x) {
   return double(x);
 }
 
+/// a and b rounded to the lanes of T2 (__half2 or __nv_bfloat162): a in the low lane, b in the high
+/// lane, each as convert<> rounds it; from float one packing instruction for both.
+template <class T2, class W>
+__device__ inline T2 convertPair(W a, W b) {
+  using L = decltype(T2{}.x);
+  return T2{convert<L>(a), convert<L>(b)};
+}
+template <>
+__device__ inline __half2 convertPair<__half2, float>(float a, float b) {
+  return __floats2half2_rn(a, b);
+}
+template <>
+__device__ inline __nv_bfloat162 convertPair<__nv_bfloat162, float>(float a, float b) {
+  return __floats2bfloat162_rn(a, b);
+}
+
 /// The device number type of a precision (void for Precision::None).
 template <Precision P>
 struct DeviceType {

@@ -903,20 +903,20 @@ __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, co
   T2 x2[P2][DT];
   T2 xx2[P2];
   unsigned bestBits[P2], bestIdx[P2];
+  const T2 zero2 = broadcast<LowT>(Math<LowT>::from(0.0));
 #pragma unroll
   for (int h = 0; h < P2; ++h) {
-    LowT x0[DT], x1[DT];
+    // squaredNorm's sequence in each lane.
+    T2 n = zero2;
 #pragma unroll
     for (int q = 0; q < DT; ++q) {
-      x0[q] = convert<LowT>(w[2 * h][q]);
-      x1[q] = convert<LowT>(w[2 * h + 1][q]);
-      x2[h][q] = T2{x0[q], x1[q]};
+      x2[h][q] = convertPair<T2>(w[2 * h][q], w[2 * h + 1][q]);
+      n = __hfma2(x2[h][q], x2[h][q], n);
     }
-    xx2[h] = T2{squaredNorm<LowT>(x0, DT), squaredNorm<LowT>(x1, DT)};
+    xx2[h] = n;
     bestBits[h] = bitsOf(broadcast<LowT>(Math<LowT>::from(__builtin_huge_val())));
     bestIdx[h] = 0xffffffffu;
   }
-  const T2 zero2 = broadcast<LowT>(Math<LowT>::from(0.0));
   const T2 minus2 = broadcast<LowT>(Math<LowT>::from(-2.0));
   const T2 sure2 = broadcast<LowT>(a.sureFactor);
   const T2 floor2 = broadcast<LowT>(a.sureFloor);
