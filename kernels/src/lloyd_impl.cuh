@@ -1425,23 +1425,23 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 }
 
 /// Blocks of the fast pass that must fit on an SM, which caps its registers at 65536 / (256 n):
-/// in W = fp32 four for the uniform fp32 pass (64 registers; at two it waited on shared and
-/// global loads), three for the uniform fp16 and bf16 passes and the mixed passes but fp16>fp64
-/// (85; fp16>fp32 then spills about 200 bytes and was still faster than with two blocks, 0.289
-/// against 0.302 ms per iteration), two for fp16>fp64 (128; three were slower); two for the
-/// uniform fp64 pass (128; its shared memory allows two). Without the cap the pruning code
-/// (warpCandidates) costs each of them a resident block. The other W = fp64 variants take what
-/// they need. Four blocks (64 registers, 76-304 bytes spilled) were faster only at 12 MP for
-/// fp16, bf16>fp32, bf16>fp64 and fp32>fp64 (by 2-7 %; H200, K = 32), and slower at 0.6, 2, 4,
-/// 6, 8, 10, 11, 14, 16 and 24 MP (fp16 by 5-11 %, the mixed passes by 1-27 %; three mixed
-/// cases were 2-4 % faster instead), see the README's benchmarks.
+/// in W = fp32 four for the uniform passes (64 registers; at two the fp32 pass waited on shared
+/// and global loads; the packed fp16 and bf16 passes need 63-65 since they pack two points per
+/// instruction, and spill nothing at 64), three for the mixed passes but fp16>fp64 (85),
+/// two for fp16>fp64 (128; at three, 80 registers and 192 bytes spilled, it was 2 % faster at
+/// 12 MP and 6 % slower at 0.26 MP); two for the uniform fp64 pass (128; its shared memory
+/// allows two). Without the cap the pruning code (warpCandidates) costs each of them a resident
+/// block. The other W = fp64 variants take what they need. With centre pairs packed (before
+/// a6752ab) four blocks spilled 76-304 bytes and were slower at most sizes but 12 MP; for
+/// fp16>fp32 they still are (64 registers, 196 bytes spilled: 0.2356 against 0.2341 ms per
+/// iteration at 12 MP, 0.0344 against 0.0319 at 0.26 MP; H200, K = 32).
 template <class LowT, class HighT, class WT>
 inline constexpr int kFastMinBlocks =
     std::is_same_v<WT, double>
         ? (std::is_same_v<LowT, double> ? 2 : 1)
         : (!std::is_void_v<HighT>
                ? (kPackedPass<LowT, true> && std::is_same_v<HighT, double> ? 2 : 3)
-               : (std::is_same_v<LowT, float> ? 4 : 3));
+               : 4);
 
 /// A thread's kFastPoints = 4 consecutive labels as one word (uint8 labels: 32 bits, uint16: 64),
 /// label p in bits [p b, (p + 1) b) for b = kLabelBits.
@@ -1976,11 +1976,20 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
 #pragma unroll
     for (int q = 0; q < DT; ++q) sum[q] = (w[0][q] + w[1][q]) + (w[2][q] + w[3][q]);
     if (warpOne) {
-      int q;
-      const WT v = warpSum8<DT>(sum, lane, q);
-      if ((lane & 3) == 0 && q < DT) {
-        WT* t = warpAcc + (std::size_t(l0) * DT + q) * slots;
-        *t = *t + v;
+      if (!kFallback && a.tileSums) {
+        // The tile's sum from tileBoxKernel, which adds its rows as below (the same bits). Not in
+        // the mixed passes: bf16>fp32 and bf16>fp64 took 2-3 % longer with it at 12 MP (H200).
+        if ((lane & 3) == 0 && lane < 4 * DT) {
+          WT* t = warpAcc + (std::size_t(l0) * DT + (lane >> 2)) * slots;
+          *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
+        }
+      } else {
+        int q;
+        const WT v = warpSum8<DT>(sum, lane, q);
+        if ((lane & 3) == 0 && q < DT) {
+          WT* t = warpAcc + (std::size_t(l0) * DT + q) * slots;
+          *t = *t + v;
+        }
       }
       if (lane == 0) atomicAdd(&count[l0], 32u * P);
     } else {
