@@ -1432,7 +1432,8 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// 12 MP and 6 % slower at 0.26 MP); two for the uniform fp64 pass (128; its shared memory
 /// allows two). Without the cap the pruning code (warpCandidates) costs each of them a resident
 /// block. The other W = fp64 variants take what they need. With centre pairs packed (before
-/// a6752ab) four blocks spilled 76-304 bytes and were slower at most sizes but 12 MP; for
+/// a6752ab) four blocks spilled 76-304 bytes and were slower at most sizes but 12 MP (the
+/// four-block packed passes without spills have run at 12 and 0.26 MP only); for
 /// fp16>fp32 they still are (64 registers, 196 bytes spilled: 0.2356 against 0.2341 ms per
 /// iteration at 12 MP, 0.0344 against 0.0319 at 0.26 MP; H200, K = 32).
 template <class LowT, class HighT, class WT>
