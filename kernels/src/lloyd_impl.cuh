@@ -1807,6 +1807,14 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     // read: the tile is settled. Otherwise the labels become `only`, with their changed and
     // 2-cycle counts. The sums take the tile's precomputed sum, computed as the one-label case
     // below computes it. Results are bit for bit those of the full scan.
+    // Adds the tile's precomputed sum to cluster l (tileBoxKernel adds the tile's rows as the
+    // one-label case below does, so the bits are the same).
+    auto addTileSum = [&](int l) {
+      if ((lane & 3) == 0 && lane < 4 * DT) {
+        WT* t = warpAcc + (std::size_t(l) * DT + (lane >> 2)) * slots;
+        *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
+      }
+    };
     auto oneWinner = [&](int only, bool readRows, unsigned state) {
       if ((state & ~kTileReadRows) != unsigned(only) * 0x10001u) {
         const long long first = tileFirst(a, tile, lane);
@@ -1827,10 +1835,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       const unsigned next =
           unsigned(only) | (readRows ? kTileReadRows : 0u) | (state & kNoTileLabel) << 16;
       if (lane == 0 && next != state) a.tileState[tile] = next;
-      if ((lane & 3) == 0 && lane < 4 * DT) {
-        WT* t = warpAcc + (std::size_t(only) * DT + (lane >> 2)) * slots;
-        *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
-      }
+      addTileSum(only);
       if (lane == 0) atomicAdd(&count[only], 32u * P);
       __syncwarp();
     };
@@ -1978,12 +1983,9 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     for (int q = 0; q < DT; ++q) sum[q] = (w[0][q] + w[1][q]) + (w[2][q] + w[3][q]);
     if (warpOne) {
       if (!kFallback && a.tileSums) {
-        // The tile's sum from tileBoxKernel, which adds its rows as below (the same bits). Not in
-        // the mixed passes: bf16>fp32 and bf16>fp64 took 2-3 % longer with it at 12 MP (H200).
-        if ((lane & 3) == 0 && lane < 4 * DT) {
-          WT* t = warpAcc + (std::size_t(l0) * DT + (lane >> 2)) * slots;
-          *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
-        }
+        // Not in the mixed passes: bf16>fp32 and bf16>fp64 took 2-3 % longer with it at 12 MP
+        // (H200).
+        addTileSum(l0);
       } else {
         int q;
         const WT v = warpSum8<DT>(sum, lane, q);
