@@ -770,6 +770,14 @@ struct alignas(16) LowCentre {
   LowT c[DT];
   LowT cc;
 };
+/// One centre of the uniform fp16 / bf16 fast pass for its bounds (centreBounds): the row and norm
+/// as floats and the norm's rounding, computed once per pass instead of once per tile.
+template <int DT>
+struct alignas(16) BoundCentre {
+  float c[DT];
+  float cc;
+  float shift;
+};
 /// One centre's row in the fallback precision H, padded likewise.
 template <class H, int DT>
 struct alignas(16) HighCentre {
@@ -1234,8 +1242,9 @@ struct MixedBounds {
 /// high = U_j + M_j (class reliable). Uniform fp16 / bf16 (kShift) bound d^ - A(x) instead, where
 /// A(x) = fl(||x~||^2) - ||x~||^2 is the rounding of the point's own norm: it is the same for
 /// every centre, so comparing the shifted values of two centres compares their d^. With
-/// B_j = fl(||c~_j||^2) - ||c~_j||^2 (cc minus the exact norm, which float holds up to 2^-22
-/// relative: the products of 11- or 8-bit significands are exact), s = fl(fl(||x~||^2) + cc) and
+/// B_j = fl(||c~_j||^2) - ||c~_j||^2 (`shift`, BoundCentre's: cc minus the exact norm, which
+/// float holds up to 2^-22 relative: the products of 11- or 8-bit significands are exact),
+/// s = fl(fl(||x~||^2) + cc) and
 /// d^ = fl(s - 2 dot^), d^ - A - B - ||x~ - c~||^2 is the sum of the three roundings, within
 /// M'_j = shiftedMargin (prune_margin.h: err n + eta U_j + dot sum_q (D - q) X_q |c~_q| + 2^-20,
 /// n = ||x~||^2 + ||c~||^2, X_q the box's largest |x~_q|), so low = L_j + B_j - M'_j and
@@ -1252,9 +1261,9 @@ struct MixedBounds {
 /// unknown: either. For the near centres (whose pairs mostly fall back) this is much tighter
 /// than the M1 margin alone.
 template <bool kFallback, bool kShift, int DT>
-__device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float err,
-                                    float eta, float dotW, float thr, const MixedBounds& mb,
-                                    float& low, float& high, int& cls) {
+__device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float shift,
+                                    float err, float eta, float dotW, float thr,
+                                    const MixedBounds& mb, float& low, float& high, int& cls) {
   float l = 0.f, u = 0.f;
 #pragma unroll
   for (int q = 0; q < DT; ++q) {
@@ -1277,10 +1286,6 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     low = cls == kClassReliable ? lowR : (cls == kClassFalls ? lowF : fminf(lowR, lowF));
     high = cls == kClassReliable ? highR : (cls == kClassFalls ? highF : fmaxf(highR, highF));
   } else if constexpr (kShift) {
-    float exact = 0.f;  // ||c~||^2 up to float rounding
-#pragma unroll
-    for (int q = 0; q < DT; ++q) exact = fmaf(c[q], c[q], exact);
-    const float shift = cc - exact;
     float X[DT];
 #pragma unroll
     for (int q = 0; q < DT; ++q) X[q] = fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q]));
@@ -1342,21 +1347,31 @@ struct TileCandidates {
 /// left out when, in a mixed mode, its pairs either all pass the reliability test or all fall
 /// back (counted, TileCandidates); otherwise it stays a candidate for its fallbacks only.
 template <class A, class LC, int DT>
-__device__ inline TileCandidates warpCandidates(const A& a, const LC* scl, const Box<DT>& b,
+__device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
+                                                const BoundCentre<DT>* sbc, const Box<DT>& b,
                                                 unsigned* cand, unsigned* win, int laneId) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   constexpr bool kFallback = A::kFallback;
   MixedBounds mb{};
   if constexpr (kFallback)
     mb = {sqrtf(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
+  constexpr bool kShift = !kFallback && kPackedLow<LowT>;
   auto bounds = [&](int j, float& low, float& high, int& cls) {
-    const LC& lc = scl[j];
-    float c[DT];
+    float c[DT], cc, shift = 0.f;
+    if constexpr (kShift) {
+      const BoundCentre<DT>& bc = sbc[j];
 #pragma unroll
-    for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
-    const float cc = convert<float>(lc.cc);
-    centreBounds<kFallback, !kFallback && kPackedLow<LowT>>(
-        b, c, cc, a.pruneErr, a.pruneEta, a.pruneDot, a.pruneThr, mb, low, high, cls);
+      for (int q = 0; q < DT; ++q) c[q] = bc.c[q];
+      cc = bc.cc;
+      shift = bc.shift;
+    } else {
+      const LC& lc = scl[j];
+#pragma unroll
+      for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
+      cc = convert<float>(lc.cc);
+    }
+    centreBounds<kFallback, kShift>(b, c, cc, shift, a.pruneErr, a.pruneEta, a.pruneDot, a.pruneThr,
+                                    mb, low, high, cls);
   };
   // The least upper bound over all centres (non-negative, so the bits order as integers). The
   // first 32 centres' lower bounds and classes are kept for the test below (K <= 32: one
@@ -1420,8 +1435,9 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
   const std::size_t centres = k * sizeof(LowCentre<LowT, DT>);
   const std::size_t cand =
       (std::size_t(kWarps) * 2 * fastCandidateWords(k) * sizeof(unsigned) + 15) / 16 * 16;
+  const bool shift = !fallback && kPackedLow<LowT>;
   return (acc + 15) / 16 * 16 + counts + cand + centres +
-         (fallback ? k * sizeof(HighCentre<H, DT>) : 0);
+         (fallback ? k * sizeof(HighCentre<H, DT>) : 0) + (shift ? k * sizeof(BoundCentre<DT>) : 0);
 }
 
 /// Blocks of the fast pass that must fit on an SM, which caps its registers at 65536 / (256 n):
@@ -1504,18 +1520,32 @@ __device__ inline int tileBand(const A& a, int t) {
   return int(fastDivide(unsigned(t), a.tileColsMagic, a.tileColsShift1, a.tileColsShift2));
 }
 
-/// Lane `lane`'s group in the fast pass's tile at band b, column c (points kFastPoints group ...,
-/// group < 2^32); false when the tile has no such group (a short row, or rows beyond the image).
+/// Lane `lane`'s group in the fast pass's tile at band b, column c (points kFastPoints group ...);
+/// false when the tile has no such group (a short row, or rows beyond the image). In 32 bits: the
+/// host takes the fast pass only when n + tileW + kFastPoints < 2^32 (chooseFastShape), so that
+/// (y + 1) tileW + kFastPoints - 1 < 2^32 for every row y of the image.
 template <class A>
 __device__ inline bool tileGroup(const A& a, int b, int c, int lane, unsigned& group) {
-  constexpr int P = kFastPoints;
+  constexpr unsigned P = kFastPoints;
   const int y = b * kTileRows + (lane / kTileGroups);
   if (y >= a.tileRows) return false;
-  const long long g0 = ((long long)y * a.tileW + (P - 1)) / P;  // the row's first group
-  const long long g1 = ((long long)(y + 1) * a.tileW + (P - 1)) / P;
-  const long long g = g0 + c * kTileGroups + (lane % kTileGroups);
-  group = unsigned(g);
-  return g < g1 && g * P < a.n;
+  // The mixed passes in 32 bits (H200, 12 MP, K = 32: fp16>fp32 0.2362 -> 0.2313, fp32>fp64
+  // 0.1801 -> 0.1746 ms per iteration); in the uniform passes, capped at 64 registers, ptxas then
+  // spilled (fp16 and bf16 0 -> 8 bytes) and bf16 took 0.1662 instead of 0.1589.
+  if constexpr (A::kFallback) {
+    const unsigned start = unsigned(y) * unsigned(a.tileW);         // the row's first point
+    const unsigned g0 = (start + (P - 1)) / P;                      // the row's first group
+    const unsigned g1 = (start + unsigned(a.tileW) + (P - 1)) / P;  // the next row's
+    const unsigned g = g0 + unsigned(c) * kTileGroups + unsigned(lane % kTileGroups);
+    group = g;
+    return g < g1 && g * P < unsigned(a.n);
+  } else {
+    const long long g0 = ((long long)y * a.tileW + (P - 1)) / P;  // the row's first group
+    const long long g1 = ((long long)(y + 1) * a.tileW + (P - 1)) / P;
+    const long long g = g0 + c * kTileGroups + (lane % kTileGroups);
+    group = unsigned(g);
+    return g < g1 && g * P < a.n;
+  }
 }
 
 /// The fast pass's tile that holds point i (the inverse of tileGroup).
@@ -1707,6 +1737,9 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   p8 += (std::size_t(kWarps) * 2 * candWords * sizeof(unsigned) + 15) / 16 * 16;
   LC* scl = reinterpret_cast<LC*>(p8);
   HC* sch = reinterpret_cast<HC*>(p8 + k * sizeof(LC));
+  // Uniform fp16 / bf16: the centres for the bounds, where the mixed passes keep theirs in H.
+  constexpr bool kShift = !kFallback && kPackedLow<LowT>;
+  BoundCentre<DT>* sbc = reinterpret_cast<BoundCentre<DT>*>(p8 + k * sizeof(LC));
 
   // The warp's tiles: tile = kWarps (b + r B) + warp in round r for block b of B, in band
   // tile / tileCols (rows kTileRows band ...) and column tile mod tileCols.
@@ -1756,6 +1789,18 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       for (int q = 0; q < DT; ++q) c.c[q] = a.cl[j * DT + q];
       c.cc = a.ccl[j];
       scl[j] = c;
+      if constexpr (kShift) {
+        BoundCentre<DT> bc;
+        float exact = 0.f;  // ||c~||^2 up to float rounding
+#pragma unroll
+        for (int q = 0; q < DT; ++q) {
+          bc.c[q] = convert<float>(c.c[q]);
+          exact = fmaf(bc.c[q], bc.c[q], exact);
+        }
+        bc.cc = convert<float>(c.cc);
+        bc.shift = bc.cc - exact;
+        sbc[j] = bc;
+      }
     }
     if constexpr (kFallback) {
       for (int j = threadIdx.x; j < k; j += blockDim.x) {
@@ -1847,7 +1892,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       const unsigned state = a.tileState[tile];
       bool wholeTile;
       const Box<DT> box = loadBox(a.boxes + tile, wholeTile);
-      const TileCandidates tc = warpCandidates(a, scl, box, cand, win, lane);
+      const TileCandidates tc = warpCandidates(a, scl, sbc, box, cand, win, lane);
       prefetchNextRows();
       if (tc.only >= 0 && wholeTile) {
         const bool readRows = kFallback && (tc.candidates > 1 || tc.onlyClass == kClassUnknown);
@@ -3123,7 +3168,8 @@ class Run final : public LloydRun {
     const long long rows = (n + width - 1) / width;
     const long long cols = (width + kTileGroups * kFastPoints - 1) / (kTileGroups * kFastPoints);
     const long long tiles = (rows + kTileRows - 1) / kTileRows * cols;
-    if (width >= (1ll << 31) || tiles + kWarps >= (1ll << 30) || n / kFastPoints >= (1ll << 32))
+    if (width >= (1ll << 31) || tiles + kWarps >= (1ll << 30) ||
+        n + width + kFastPoints >= (1ll << 32))
       return;
     int optin = 0;
     KMSEG_CUDA_CHECK(
