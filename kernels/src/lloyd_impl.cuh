@@ -975,6 +975,28 @@ __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, co
     }
     if constexpr (kFallback) {
       const unsigned winners = kCount ? 0u : win[t0 >> 5] >> (t0 & 16) & 0xffffu;
+      // With H = W the falling pairs whose centre may win go centre by centre, the lane's four
+      // points at once (one load of the centre, one loop; the values and the order per point are
+      // those of the loop per point below).
+      constexpr bool kDirectByCentre = !kCount && std::is_same_v<H, WT>;
+      if constexpr (kDirectByCentre) {
+        unsigned direct = 0;
+#pragma unroll
+        for (int h = 0; h < P2; ++h) direct |= falls[h];
+        direct = (direct | direct >> 16) & winners;
+        while (direct) {
+          const int b = __ffs(direct) - 1;
+          direct &= direct - 1;
+          const int j = t0 + b;
+          const HC hc = sch[j];
+#pragma unroll
+          for (int p = 0; p < P; ++p) {
+            if (!(falls[p >> 1] >> (16 * (p & 1) + b) & 1)) continue;
+            const H dj = directDistance<H>(w[p], hc.c, DT);
+            if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
+          }
+        }
+      }
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         const int h = p >> 1, hi = p & 1;
@@ -983,7 +1005,7 @@ __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, co
         H xh[DT];
 #pragma unroll
         for (int q = 0; q < DT; ++q) xh[q] = convert<H>(w[p][q]);
-        if constexpr (!kCount) {
+        if constexpr (!kCount && !kDirectByCentre) {
           // Falling pairs whose centre may win: the direct formula.
           unsigned direct = fell & winners;
           while (direct) {
