@@ -1470,10 +1470,11 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
 /// 12 MP and 6 % slower at 0.26 MP); two for the uniform fp64 pass (128; its shared memory
 /// allows two). Without the cap the pruning code (warpCandidates) costs each of them a resident
 /// block. The other W = fp64 variants take what they need. With centre pairs packed (before
-/// a6752ab) four blocks spilled 76-304 bytes and were slower at most sizes but 12 MP (the
-/// four-block packed passes without spills have run at 12 and 0.26 MP only); for
-/// fp16>fp32 they still are (64 registers, 196 bytes spilled: 0.2356 against 0.2341 ms per
-/// iteration at 12 MP, 0.0344 against 0.0319 at 0.26 MP; H200, K = 32).
+/// a6752ab) four blocks spilled 76-304 bytes and were slower at most sizes but 12 MP; without
+/// spills they are faster than three or level at 0.26, 2, 8, 12 and 16 MP (fp16 at 8 MP 0.0975
+/// against 0.0993 ms per iteration, bf16 0.1210 against 0.1258; H200, K = 32). For fp16>fp32
+/// four blocks still spill and are slower (64 registers, 196 bytes spilled: 0.2356 against
+/// 0.2341 ms per iteration at 12 MP, 0.0344 against 0.0319 at 0.26 MP).
 template <class LowT, class HighT, class WT>
 inline constexpr int kFastMinBlocks =
     std::is_same_v<WT, double>
