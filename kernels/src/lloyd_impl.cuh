@@ -1549,26 +1549,19 @@ __device__ inline int tileBand(const A& a, int t) {
 /// (y + 1) tileW + kFastPoints - 1 < 2^32 for every row y of the image.
 template <class A>
 __device__ inline bool tileGroup(const A& a, int b, int c, int lane, unsigned& group) {
-  constexpr unsigned P = kFastPoints;
+  constexpr int P = kFastPoints;
   const int y = b * kTileRows + (lane / kTileGroups);
   if (y >= a.tileRows) return false;
   // The mixed passes in 32 bits (H200, 12 MP, K = 32: fp16>fp32 0.2362 -> 0.2313, fp32>fp64
   // 0.1801 -> 0.1746 ms per iteration); in the uniform passes, capped at 64 registers, ptxas then
-  // spilled (fp16 and bf16 0 -> 8 bytes) and bf16 took 0.1662 instead of 0.1589.
-  if constexpr (A::kFallback) {
-    const unsigned start = unsigned(y) * unsigned(a.tileW);         // the row's first point
-    const unsigned g0 = (start + (P - 1)) / P;                      // the row's first group
-    const unsigned g1 = (start + unsigned(a.tileW) + (P - 1)) / P;  // the next row's
-    const unsigned g = g0 + unsigned(c) * kTileGroups + unsigned(lane % kTileGroups);
-    group = g;
-    return g < g1 && g * P < unsigned(a.n);
-  } else {
-    const long long g0 = ((long long)y * a.tileW + (P - 1)) / P;  // the row's first group
-    const long long g1 = ((long long)(y + 1) * a.tileW + (P - 1)) / P;
-    const long long g = g0 + c * kTileGroups + (lane % kTileGroups);
-    group = unsigned(g);
-    return g < g1 && g * P < a.n;
-  }
+  // spilled (fp16 and bf16 0 -> 8 bytes) and bf16 took 0.1662 instead of 0.1589, so 64 there.
+  using I = std::conditional_t<A::kFallback, unsigned, long long>;
+  const I start = I(y) * I(a.tileW);                // the row's first point
+  const I g0 = (start + (P - 1)) / P;               // the row's first group
+  const I g1 = (start + I(a.tileW) + (P - 1)) / P;  // the next row's
+  const I g = g0 + I(c) * kTileGroups + I(lane % kTileGroups);
+  group = unsigned(g);
+  return g < g1 && g * P < I(a.n);
 }
 
 /// The fast pass's tile that holds point i (the inverse of tileGroup).
