@@ -770,13 +770,15 @@ struct alignas(16) LowCentre {
   LowT c[DT];
   LowT cc;
 };
-/// One centre of the uniform fp16 / bf16 fast pass for its bounds (centreBounds): the row and norm
-/// as floats and the norm's rounding, computed once per pass instead of once per tile.
+/// One centre of the fast pass for its bounds (centreBounds), computed once per pass instead of
+/// once per tile: the row and norm as floats, and the norm's rounding (uniform fp16 / bf16) or
+/// its square root (fp16>fp64). See kBoundCentres.
 template <int DT>
 struct alignas(16) BoundCentre {
   float c[DT];
   float cc;
   float shift;
+  float root;
 };
 /// One centre's row in the fallback precision H, padded likewise.
 template <class H, int DT>
@@ -820,6 +822,15 @@ inline constexpr bool kPackedLow =
 template <class LowT, bool kFallback>
 inline constexpr bool kPackedPass = std::is_same_v<LowT, __half> ||
                                     (std::is_same_v<LowT, __nv_bfloat16> && !kFallback);
+
+/// Whether the fast pass's bounds read BoundCentre: uniform fp16 and bf16 (which need the norm's
+/// rounding) and fp16>fp64 (H200, 12 MP, K = 32: 0.2741 / 0.2743 ms per iteration against
+/// 0.2846 / 0.2832 without, the other modes level). In fp16>fp32 they cost spills that ate the
+/// gain, and bf16>fp64 went 0.4337 -> 0.4396 ms.
+template <class LowT, class H, bool kFallback>
+inline constexpr bool kBoundCentres =
+    kFallback ? std::conjunction_v<std::is_same<LowT, __half>, std::is_same<H, double>>
+              : kPackedLow<LowT>;
 
 template <class LowT>
 struct Packed {
@@ -1284,7 +1295,7 @@ struct MixedBounds {
 /// than the M1 margin alone.
 template <bool kFallback, bool kShift, int DT>
 __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float shift,
-                                    float err, float eta, float dotW, float thr,
+                                    float root, float err, float eta, float dotW, float thr,
                                     const MixedBounds& mb, float& low, float& high, int& cls) {
   float l = 0.f, u = 0.f;
 #pragma unroll
@@ -1297,7 +1308,7 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
   const float n = b.norm + cc;
   const float m1 = fmaf(err, n, 0x1p-20f);
   if constexpr (kFallback) {
-    const float e = eta * (mb.root + sqrtf(cc));
+    const float e = eta * (mb.root + root);
     const float fe = fmaf(mb.errH, n, 0x1p-20f);
     const float m2 = fmaf(e, fmaf(2.f, sqrtf(u), e), fe);
     cls = l - m1 > thr * n ? kClassReliable
@@ -1379,21 +1390,23 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
     mb = {sqrtf(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
   constexpr bool kShift = !kFallback && kPackedLow<LowT>;
   auto bounds = [&](int j, float& low, float& high, int& cls) {
-    float c[DT], cc, shift = 0.f;
-    if constexpr (kShift) {
+    float c[DT], cc, shift = 0.f, root = 0.f;
+    if constexpr (kBoundCentres<LowT, typename A::H, kFallback>) {
       const BoundCentre<DT>& bc = sbc[j];
 #pragma unroll
       for (int q = 0; q < DT; ++q) c[q] = bc.c[q];
       cc = bc.cc;
       shift = bc.shift;
+      root = bc.root;
     } else {
       const LC& lc = scl[j];
 #pragma unroll
       for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
       cc = convert<float>(lc.cc);
+      if constexpr (kFallback) root = sqrtf(cc);
     }
-    centreBounds<kFallback, kShift>(b, c, cc, shift, a.pruneErr, a.pruneEta, a.pruneDot, a.pruneThr,
-                                    mb, low, high, cls);
+    centreBounds<kFallback, kShift>(b, c, cc, shift, root, a.pruneErr, a.pruneEta, a.pruneDot,
+                                    a.pruneThr, mb, low, high, cls);
   };
   // The least upper bound over all centres (non-negative, so the bits order as integers). The
   // first 32 centres' lower bounds and classes are kept for the test below (K <= 32: one
@@ -1457,9 +1470,9 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
   const std::size_t centres = k * sizeof(LowCentre<LowT, DT>);
   const std::size_t cand =
       (std::size_t(kWarps) * 2 * fastCandidateWords(k) * sizeof(unsigned) + 15) / 16 * 16;
-  const bool shift = !fallback && kPackedLow<LowT>;
+  const bool bound = fallback ? kBoundCentres<LowT, H, true> : kBoundCentres<LowT, H, false>;
   return (acc + 15) / 16 * 16 + counts + cand + centres +
-         (fallback ? k * sizeof(HighCentre<H, DT>) : 0) + (shift ? k * sizeof(BoundCentre<DT>) : 0);
+         (fallback ? k * sizeof(HighCentre<H, DT>) : 0) + (bound ? k * sizeof(BoundCentre<DT>) : 0);
 }
 
 /// Blocks of the fast pass that must fit on an SM, which caps its registers at 65536 / (256 n):
@@ -1690,8 +1703,8 @@ __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT
 /// points per packed instruction for fp16 / bf16 (packedAssign, see kPackedPass). The host takes
 /// this pass only when no distance can overflow (kFastMaxAbs); the generic assignKernel covers the
 /// rest. Shared memory: per warp S = 2^a.fastSlotShift accumulator slots of K x D sums in W, the
-/// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre, and
-/// HighCentre in mixed modes).
+/// cluster counts, per warp the candidate words (warpCandidates), and the centres (LowCentre,
+/// HighCentre in mixed modes, BoundCentre where kBoundCentres).
 /// Tiles with one winner (with pruning): a round first bounds the centres with the tile's box
 /// (tileBoxKernel) and reads the tile's label state (Args::tileState). When the box leaves one
 /// centre j that may win, and the tile is whole, every point takes j (the box proves it) and no
@@ -1753,9 +1766,11 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   p8 += (std::size_t(kWarps) * 2 * candWords * sizeof(unsigned) + 15) / 16 * 16;
   LC* scl = reinterpret_cast<LC*>(p8);
   HC* sch = reinterpret_cast<HC*>(p8 + k * sizeof(LC));
-  // Uniform fp16 / bf16: the centres for the bounds, where the mixed passes keep theirs in H.
+  // The centres for the bounds (kBoundCentres), after the centres in H of the mixed passes.
   constexpr bool kShift = !kFallback && kPackedLow<LowT>;
-  BoundCentre<DT>* sbc = reinterpret_cast<BoundCentre<DT>*>(p8 + k * sizeof(LC));
+  constexpr bool kBound = kBoundCentres<LowT, H, kFallback>;
+  BoundCentre<DT>* sbc =
+      reinterpret_cast<BoundCentre<DT>*>(p8 + k * (sizeof(LC) + (kFallback ? sizeof(HC) : 0)));
 
   // The warp's tiles: tile = kWarps (b + r B) + warp in round r for block b of B, in band
   // tile / tileCols (rows kTileRows band ...) and column tile mod tileCols.
@@ -1805,7 +1820,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       for (int q = 0; q < DT; ++q) c.c[q] = a.cl[j * DT + q];
       c.cc = a.ccl[j];
       scl[j] = c;
-      if constexpr (kShift) {
+      if constexpr (kBound) {
         BoundCentre<DT> bc;
         float exact = 0.f;  // ||c~||^2 up to float rounding
 #pragma unroll
@@ -1814,7 +1829,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
           exact = fmaf(bc.c[q], bc.c[q], exact);
         }
         bc.cc = convert<float>(c.cc);
-        bc.shift = bc.cc - exact;
+        bc.shift = kShift ? bc.cc - exact : 0.f;
+        bc.root = kFallback ? sqrtf(bc.cc) : 0.f;
         sbc[j] = bc;
       }
     }
