@@ -1235,6 +1235,15 @@ __device__ inline int orderedKey(float f) {
 __device__ inline float fromOrderedKey(int k) {
   return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
 }
+// An upper bound of sqrt(v) for v >= 0, within 2^-19 of it, for the pruning margins (which need
+// no more): rsqrtf is within 2 ulp (CUDA's documented bound), so v rsqrtf(v) >= sqrt(v)
+// (1 - 2^-22), and the factor 1 + 2^-20, both products rounded up, lifts it above sqrt(v). Five
+// instructions where sqrtf, correctly rounded, takes a refinement and a branch to a slow path.
+// A subnormal or infinite v gives +inf (a margin that prunes nothing), never less than sqrt(v).
+__device__ inline float sqrtUp(float v) {
+  return v > 0.f ? __fmul_ru(__fmul_ru(v, rsqrtf(v)), 1.f + 0x1p-20f) : 0.f;
+}
+
 __device__ inline int warpMin(int v) {
 #if __CUDA_ARCH__ >= 800
   return __reduce_min_sync(0xffffffffu, v);
@@ -1310,7 +1319,7 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
   if constexpr (kFallback) {
     const float e = eta * (mb.root + root);
     const float fe = fmaf(mb.errH, n, 0x1p-20f);
-    const float m2 = fmaf(e, fmaf(2.f, sqrtf(u), e), fe);
+    const float m2 = fmaf(e, fmaf(2.f, sqrtUp(u), e), fe);
     cls = l - m1 > thr * n ? kClassReliable
                            : (u + m1 < mb.thrLo * (mb.normLo + cc) ? kClassFalls : kClassUnknown);
     // Bounds of the accepted value d^, of the fallback's direct distance, and of either.
@@ -1387,7 +1396,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
   constexpr bool kFallback = A::kFallback;
   MixedBounds mb{};
   if constexpr (kFallback)
-    mb = {sqrtf(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
+    mb = {sqrtUp(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
   constexpr bool kShift = !kFallback && kPackedLow<LowT>;
   auto bounds = [&](int j, float& low, float& high, int& cls) {
     float c[DT], cc, shift = 0.f, root = 0.f;
@@ -1403,7 +1412,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
 #pragma unroll
       for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
       cc = convert<float>(lc.cc);
-      if constexpr (kFallback) root = sqrtf(cc);
+      if constexpr (kFallback) root = sqrtUp(cc);
     }
     centreBounds<kFallback, kShift>(b, c, cc, shift, root, a.pruneErr, a.pruneEta, a.pruneDot,
                                     a.pruneThr, mb, low, high, cls);
@@ -1830,7 +1839,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         }
         bc.cc = convert<float>(c.cc);
         bc.shift = kShift ? bc.cc - exact : 0.f;
-        bc.root = kFallback ? sqrtf(bc.cc) : 0.f;
+        bc.root = kFallback ? sqrtUp(bc.cc) : 0.f;
         sbc[j] = bc;
       }
     }
