@@ -825,8 +825,9 @@ inline constexpr bool kPackedPass = std::is_same_v<LowT, __half> ||
 
 /// Whether the fast pass's bounds read BoundCentre: uniform fp16 and bf16 (which need the norm's
 /// rounding) and fp16>fp64 (H200, 12 MP, K = 32: 0.2741 / 0.2743 ms per iteration against
-/// 0.2846 / 0.2832 without, the other modes level). In fp16>fp32 they cost spills that ate the
-/// gain, and bf16>fp64 went 0.4337 -> 0.4396 ms.
+/// 0.2846 / 0.2832 without, the other modes level). In fp16>fp32 they were slower, with spills
+/// and again without (at d948c72: 0.2207 / 0.2204 -> 0.2243 / 0.2258 ms), and bf16>fp64 went
+/// 0.4337 -> 0.4396 ms.
 template <class LowT, class H, bool kFallback>
 inline constexpr bool kBoundCentres =
     kFallback ? std::conjunction_v<std::is_same<LowT, __half>, std::is_same<H, double>>
