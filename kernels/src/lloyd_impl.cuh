@@ -1236,11 +1236,12 @@ __device__ inline int orderedKey(float f) {
 __device__ inline float fromOrderedKey(int k) {
   return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
 }
-// An upper bound of sqrt(v) for v >= 0, within 2^-19 of it, for the pruning margins (which need
-// no more): rsqrtf is within 2 ulp (CUDA's documented bound), so v rsqrtf(v) >= sqrt(v)
-// (1 - 2^-22), and the factor 1 + 2^-20, both products rounded up, lifts it above sqrt(v). Five
-// instructions where sqrtf, correctly rounded, takes a refinement and a branch to a slow path.
-// A subnormal or infinite v gives +inf (a margin that prunes nothing), never less than sqrt(v).
+// An upper bound of sqrt(v) for finite v >= 0 (the fast pass's bounds are finite: kFastMaxAbs),
+// within 2^-19 of it, for the pruning margins (which need no more): rsqrtf is within 2 ulp
+// (CUDA's documented bound), so v rsqrtf(v) >= sqrt(v) (1 - 2^-22), and the factor 1 + 2^-20,
+// both products rounded up, lifts it above sqrt(v). Five instructions where sqrtf, correctly
+// rounded, takes a refinement and a branch to a slow path. A subnormal v may give +inf (a margin
+// that prunes nothing), never less than sqrt(v).
 __device__ inline float sqrtUp(float v) {
   return v > 0.f ? __fmul_ru(__fmul_ru(v, rsqrtf(v)), 1.f + 0x1p-20f) : 0.f;
 }
