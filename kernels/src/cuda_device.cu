@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_check.cuh"
+#include "device_math.cuh"
 #include "kmseg/cuda_engine.h"
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
@@ -95,6 +96,25 @@ std::unique_ptr<KMeansEngine> cudaFactory(std::string& whyNot) {
   return std::make_unique<CudaEngine>(devices.front());
 }
 
+// Counts for checkCudaSqrtUp over the float bit patterns 1 ... 0x7f7fffff (grid-stride; the last
+// step stays far below 2^32): s = sqrtUp(v) is below sqrt(v) exactly when s^2 < v, which double
+// evaluates exactly (a product of two 24-bit significands); too loose for a normal v when
+// s > sqrt(v) (1 + 2^-19) in double.
+__global__ void sqrtUpKernel(unsigned long long* counts) {
+  unsigned long long checked = 0, below = 0, loose = 0;
+  for (unsigned bits = 1 + blockIdx.x * blockDim.x + threadIdx.x; bits <= 0x7f7fffffu;
+       bits += gridDim.x * blockDim.x) {
+    const float v = __uint_as_float(bits);
+    const double s = sqrtUp(v);
+    ++checked;
+    below += s * s < double(v);
+    loose += bits >= 0x00800000u && s > sqrt(double(v)) * (1.0 + 0x1p-19);
+  }
+  atomicAdd(&counts[0], checked);
+  atomicAdd(&counts[1], below);
+  atomicAdd(&counts[2], loose);
+}
+
 }  // namespace
 
 std::vector<CudaDeviceInfo> cudaDevices(std::string* whyNot) {
@@ -171,6 +191,20 @@ double measureCudaCopyBandwidth(std::size_t bytes) {
     if (rep >= 0) ms.push_back(t1.since(t0));
   }
   return 2.0 * double(bytes) / (1e-3 * medianOf(ms));
+}
+
+CudaSqrtUpCheck checkCudaSqrtUp() {
+  std::string why;
+  const auto devices = cudaDevices(&why);
+  if (devices.empty()) throw BackendError("the CUDA backend is not available: " + why);
+  KMSEG_CUDA_CHECK(cudaSetDevice(devices.front().index));
+  cuda::DeviceBuffer<unsigned long long> counts(3, "the sqrtUp check's counts");
+  KMSEG_CUDA_CHECK(cudaMemset(counts.get(), 0, 3 * sizeof(unsigned long long)));
+  sqrtUpKernel<<<1024, 256>>>(counts.get());
+  KMSEG_CUDA_CHECK(cudaGetLastError());
+  unsigned long long host[3] = {0, 0, 0};
+  KMSEG_CUDA_CHECK(cudaMemcpy(host, counts.get(), sizeof host, cudaMemcpyDeviceToHost));
+  return {(long long)host[0], (long long)host[1], (long long)host[2]};
 }
 
 }  // namespace kmseg

@@ -90,6 +90,17 @@ __device__ inline __nv_bfloat162 convertPair<__nv_bfloat162, float>(float a, flo
   return __floats2bfloat162_rn(a, b);
 }
 
+/// An upper bound of sqrt(v) for finite v >= 0 (the fast pass's bounds are finite: kFastMaxAbs),
+/// within 2^-19 of it, for the fast pass's pruning margins (which need no more): rsqrtf is within 2
+/// ulp (CUDA's documented bound), so v rsqrtf(v) >= sqrt(v) (1 - 2^-22), and the factor 1 + 2^-20,
+/// both products rounded up, lifts it above sqrt(v). Five instructions where sqrtf, correctly
+/// rounded, takes a refinement and a branch to a slow path. A subnormal v may give +inf (a margin
+/// that prunes nothing), never less than sqrt(v). checkCudaSqrtUp tests both claims on the device
+/// for every positive float.
+__device__ inline float sqrtUp(float v) {
+  return v > 0.f ? __fmul_ru(__fmul_ru(v, rsqrtf(v)), 1.f + 0x1p-20f) : 0.f;
+}
+
 /// The device number type of a precision (void for Precision::None).
 template <Precision P>
 struct DeviceType {

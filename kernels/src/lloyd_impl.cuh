@@ -823,15 +823,20 @@ template <class LowT, bool kFallback>
 inline constexpr bool kPackedPass = std::is_same_v<LowT, __half> ||
                                     (std::is_same_v<LowT, __nv_bfloat16> && !kFallback);
 
+/// Whether the fast pass's bounds are shifted by the point's norm rounding (centreBounds): the
+/// uniform fp16 and bf16 passes.
+template <class LowT, bool kFallback>
+inline constexpr bool kShiftedBounds = !kFallback && kPackedLow<LowT>;
+
 /// Whether the fast pass's bounds read BoundCentre: uniform fp16 and bf16 (which need the norm's
 /// rounding) and fp16>fp64 (H200, 12 MP, K = 32: 0.2741 / 0.2743 ms per iteration against
 /// 0.2846 / 0.2832 without, the other modes level). In fp16>fp32 they were slower, with spills
 /// and again without (at d948c72: 0.2207 / 0.2204 -> 0.2243 / 0.2258 ms), and bf16>fp64 went
 /// 0.4337 -> 0.4396 ms.
 template <class LowT, class H, bool kFallback>
-inline constexpr bool kBoundCentres =
-    kFallback ? std::conjunction_v<std::is_same<LowT, __half>, std::is_same<H, double>>
-              : kPackedLow<LowT>;
+inline constexpr bool kBoundCentres = kShiftedBounds<LowT, kFallback> ||
+                                      (kFallback && std::is_same_v<LowT, __half> &&
+                                       std::is_same_v<H, double>);
 
 template <class LowT>
 struct Packed {
@@ -1236,16 +1241,6 @@ __device__ inline int orderedKey(float f) {
 __device__ inline float fromOrderedKey(int k) {
   return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
 }
-// An upper bound of sqrt(v) for finite v >= 0 (the fast pass's bounds are finite: kFastMaxAbs),
-// within 2^-19 of it, for the pruning margins (which need no more): rsqrtf is within 2 ulp
-// (CUDA's documented bound), so v rsqrtf(v) >= sqrt(v) (1 - 2^-22), and the factor 1 + 2^-20,
-// both products rounded up, lifts it above sqrt(v). Five instructions where sqrtf, correctly
-// rounded, takes a refinement and a branch to a slow path. A subnormal v may give +inf (a margin
-// that prunes nothing), never less than sqrt(v).
-__device__ inline float sqrtUp(float v) {
-  return v > 0.f ? __fmul_ru(__fmul_ru(v, rsqrtf(v)), 1.f + 0x1p-20f) : 0.f;
-}
-
 __device__ inline int warpMin(int v) {
 #if __CUDA_ARCH__ >= 800
   return __reduce_min_sync(0xffffffffu, v);
@@ -1399,7 +1394,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
   MixedBounds mb{};
   if constexpr (kFallback)
     mb = {sqrtUp(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
-  constexpr bool kShift = !kFallback && kPackedLow<LowT>;
+  constexpr bool kShift = kShiftedBounds<LowT, kFallback>;
   auto bounds = [&](int j, float& low, float& high, int& cls) {
     float c[DT], cc, shift = 0.f, root = 0.f;
     if constexpr (kBoundCentres<LowT, typename A::H, kFallback>) {
@@ -1778,7 +1773,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   LC* scl = reinterpret_cast<LC*>(p8);
   HC* sch = reinterpret_cast<HC*>(p8 + k * sizeof(LC));
   // The centres for the bounds (kBoundCentres), after the centres in H of the mixed passes.
-  constexpr bool kShift = !kFallback && kPackedLow<LowT>;
+  constexpr bool kShift = kShiftedBounds<LowT, kFallback>;
   constexpr bool kBound = kBoundCentres<LowT, H, kFallback>;
   BoundCentre<DT>* sbc =
       reinterpret_cast<BoundCentre<DT>*>(p8 + k * (sizeof(LC) + (kFallback ? sizeof(HC) : 0)));

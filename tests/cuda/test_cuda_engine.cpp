@@ -815,6 +815,16 @@ TEST(CudaEngine, MixedModesRestoreAccuracyOnNearPoints) {
   EXPECT_LT(diff(Mode::Fp32Fp64), 0.5);  // W = fp32: the data itself is rounded
 }
 
+// The mixed passes prune with margins that take sqrtUp, an upper bound of the square root built
+// on the device's rsqrtf; a bound below sqrt(v) would let pruning drop a centre that may win.
+TEST(CudaEngine, PruningSquareRootBoundHoldsForEveryFloat) {
+  KMSEG_REQUIRE_GPU();
+  const CudaSqrtUpCheck c = checkCudaSqrtUp();
+  EXPECT_EQ(c.checked, 0x7f7fffffll);
+  EXPECT_EQ(c.below, 0);
+  EXPECT_EQ(c.loose, 0);
+}
+
 TEST(CudaEngine, ReportsProgressAndCancelsWithinOneIteration) {
   KMSEG_REQUIRE_GPU();
   const Matrix data = photo("samples/coffee.png").features;

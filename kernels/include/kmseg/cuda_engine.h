@@ -70,6 +70,19 @@ CudaTiming timeCudaRun(const Matrix& data, const Matrix& initialCentres, const K
 /// (median of several copies of `bytes`).
 double measureCudaCopyBandwidth(std::size_t bytes = std::size_t(1) << 30);
 
+/// What checkCudaSqrtUp found.
+struct CudaSqrtUpCheck {
+  long long checked = 0;  ///< positive finite floats evaluated (all of them are: 0x7f7fffff)
+  long long below = 0;    ///< results below sqrt(v): a pruning margin too small (must be 0)
+  long long loose = 0;    ///< normal v whose result exceeds sqrt(v) (1 + 2^-19) (must be 0)
+};
+
+/// Evaluates on device 0, for every positive finite float v, the upper bound of sqrt(v) that the
+/// fast pass's pruning margins take (sqrtUp: rsqrtf-based, so its guarantee rests on the
+/// device's rsqrtf error), and counts the results that break its contract. For tests. Throws
+/// BackendError when no device answers or a CUDA step fails.
+CudaSqrtUpCheck checkCudaSqrtUp();
+
 /// The paper's distance kernel on device 0 (section 6.1): the squared distance of every pair
 /// (row of P, row of C) as `mode` computes it, row-major |P| x |C| and widened to double, with
 /// the fallback count in `*fallbacks` (when not null). The same values as core's pairDistances,
