@@ -838,6 +838,16 @@ inline constexpr bool kBoundCentres = kShiftedBounds<LowT, kFallback> ||
                                       (kFallback && std::is_same_v<LowT, __half> &&
                                        std::is_same_v<H, double>);
 
+/// Whether warpCandidates follows the box test with the pairwise test: where the distances are
+/// fp32 or fp64 (fp64, fp32, fp32>fp64). H200, 12 MP, K = 32, two runs of each build: fp64
+/// 0.1717 / 0.1712 -> 0.1668 / 0.1673 ms per iteration, fp32 0.1165 / 0.1166 -> 0.1158 / 0.1158,
+/// fp32>fp64 0.1744 / 0.1739 -> 0.1608 / 0.1612; with fp16 / bf16 distances uniform fp16 and
+/// bf16 were level, bf16>fp32 and bf16>fp64 level or slower (0.3538 / 0.3523 -> 0.3578 /
+/// 0.3542), fp16>fp32 and fp16>fp64 slower (0.2215 / 0.2223 -> 0.2328 / 0.2369, 0.2695 / 0.2692
+/// -> 0.2783 / 0.2771): their margins are a far larger share of the gap the test must clear.
+template <class LowT>
+inline constexpr bool kPairwiseTest = !kPackedLow<LowT>;
+
 template <class LowT>
 struct Packed {
   using type = LowT;  // not packed: packedAssign is never instantiated for it
@@ -1219,7 +1229,11 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
 // mixed modes: d^ or the direct distance from the W rows, with the reliability test's own
 // guarantee).
 // A centre with low_j > min_i high_i is, for every point of the box, strictly farther than that
-// best centre i, so it can neither win nor tie and the scan may skip it. In a mixed mode it is
+// best centre i, so it can neither win nor tie and the scan may skip it. Where the distances are
+// fp32 or fp64 (kPairwiseTest), a centre j that passes this test takes a second one against the
+// centre s with the least high_s: the exact ||x~ - c~_j||^2 - ||x~ - c~_s||^2 is linear in x~,
+// so its least value over the box (pairGap) is exact up to float rounding, and j is strictly
+// farther than s when that least value exceeds the two pairs' margins. In a mixed mode it is
 // skipped only when its pairs' fallbacks are known without evaluating them: when the reliability
 // test provably accepts every pair (L_j - M_j > thr (||x~||^2 + ||c~||^2)), or provably rejects
 // every pair (U_j + M_j < thrLo (lower bound of ||x~||^2 + ||c~||^2)); the pass then adds the
@@ -1302,7 +1316,8 @@ struct MixedBounds {
 template <bool kFallback, bool kShift, int DT>
 __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float shift,
                                     float root, float err, float eta, float dotW, float thr,
-                                    const MixedBounds& mb, float& low, float& high, int& cls) {
+                                    const MixedBounds& mb, float& low, float& high, int& cls,
+                                    float& mu) {
   float l = 0.f, u = 0.f;
 #pragma unroll
   for (int q = 0; q < DT; ++q) {
@@ -1324,6 +1339,7 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     const float lowF = l - m2, highF = u + m2;
     low = cls == kClassReliable ? lowR : (cls == kClassFalls ? lowF : fminf(lowR, lowF));
     high = cls == kClassReliable ? highR : (cls == kClassFalls ? highF : fmaxf(highR, highF));
+    mu = cls == kClassReliable ? m1 : (cls == kClassFalls ? m2 : fmaxf(m1, m2));
   } else if constexpr (kShift) {
     float X[DT];
 #pragma unroll
@@ -1332,10 +1348,12 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     high = u + shift + m;
     low = l + shift - m;
     cls = kClassReliable;
+    mu = m;
   } else {
     high = u + m1;
     low = l - m1;
     cls = kClassReliable;
+    mu = m1;
   }
 }
 
@@ -1381,8 +1399,10 @@ struct TileCandidates {
 };
 
 /// Writes the warp's candidate words cand[0, ceil(K / 32)) for its tile's box b (see above),
-/// and in win[] the centres among them that may win. Every lane of the warp calls it; the words
-/// are ready after the call. A centre that can neither win nor tie for any point of the box is
+/// and in win[] the centres among them that may win (the box test, then where kPairwiseTest the
+/// pairwise test against the centre with the least upper bound, when more than one centre is
+/// left). Every lane of the warp calls it; the words are ready after the call. A centre that can
+/// neither win nor tie for any point of the box is
 /// left out when, in a mixed mode, its pairs either all pass the reliability test or all fall
 /// back (counted, TileCandidates); otherwise it stays a candidate for its fallbacks only.
 template <class A, class LC, int DT>
@@ -1395,8 +1415,10 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
   if constexpr (kFallback)
     mb = {sqrtUp(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
   constexpr bool kShift = kShiftedBounds<LowT, kFallback>;
-  auto bounds = [&](int j, float& low, float& high, int& cls) {
-    float c[DT], cc, shift = 0.f, root = 0.f;
+  // Centre j as floats: its row, its norm in LowT, and (BoundCentre) the shift and root.
+  auto centre = [&](int j, float(&c)[DT], float& cc, float& shift, float& root) {
+    shift = 0.f;
+    root = 0.f;
     if constexpr (kBoundCentres<LowT, typename A::H, kFallback>) {
       const BoundCentre<DT>& bc = sbc[j];
 #pragma unroll
@@ -1411,34 +1433,76 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
       cc = convert<float>(lc.cc);
       if constexpr (kFallback) root = sqrtUp(cc);
     }
-    centreBounds<kFallback, kShift>(b, c, cc, shift, root, a.pruneErr, a.pruneEta, a.pruneDot,
-                                    a.pruneThr, mb, low, high, cls);
   };
-  // The least upper bound over all centres (non-negative, so the bits order as integers). The
-  // first 32 centres' lower bounds and classes are kept for the test below (K <= 32: one
-  // evaluation each).
-  float best = __builtin_huge_valf(), low0 = -__builtin_huge_valf();
-  int cls0 = kClassUnknown;
-  if (laneId < a.k) bounds(laneId, low0, best, cls0);
-  for (int j = laneId + 32; j < a.k; j += 32) {
-    float low, high;
-    int cls;
-    bounds(j, low, high, cls);
-    best = fminf(best, high);
+  // low <= value <= high, the class, and the pair margins: the value lies within mu of
+  // ||x~ - c~||^2 + beta for every point of the box (beta = shift), so toI = mu - beta and
+  // toJ = mu + beta (see the pairwise test below).
+  auto bounds = [&](int j, float& low, float& high, int& cls, float& toI, float& toJ) {
+    float c[DT], cc, shift, root, mu;
+    centre(j, c, cc, shift, root);
+    centreBounds<kFallback, kShift>(b, c, cc, shift, root, a.pruneErr, a.pruneEta, a.pruneDot,
+                                    a.pruneThr, mb, low, high, cls, mu);
+    toI = mu - shift;
+    toJ = mu + shift;
+  };
+  // The least upper bound over all centres (non-negative, so the bits order as integers), and
+  // a centre that has it (star). The first 32 centres' lower bounds, classes and margins are kept
+  // for the tests below (K <= 32: one evaluation each).
+  float best = __builtin_huge_valf(), low0 = -__builtin_huge_valf(), toI0 = 0.f, toJ0 = 0.f;
+  int cls0 = kClassUnknown, arg = laneId;
+  float argToJ = 0.f;
+  if (laneId < a.k) {
+    bounds(laneId, low0, best, cls0, toI0, toJ0);
+    argToJ = toJ0;
   }
+  for (int j = laneId + 32; j < a.k; j += 32) {
+    float low, high, toI, toJ;
+    int cls;
+    bounds(j, low, high, cls, toI, toJ);
+    if constexpr (kPairwiseTest<LowT>) {
+      if (high < best) best = high, arg = j, argToJ = toJ;
+    } else {
+      best = fminf(best, high);
+    }
+  }
+  const float myBest = best;
   best = __int_as_float(warpMin(__float_as_int(best)));
+  int star = 0;
+  float starToJ = 0.f;
+  if constexpr (kPairwiseTest<LowT>) {
+    const int starLane = __ffs(__ballot_sync(0xffffffffu, myBest == best)) - 1;
+    star = __shfl_sync(0xffffffffu, arg, starLane);
+    starToJ = __shfl_sync(0xffffffffu, argToJ, starLane);
+  }
+  // The pairwise test (kPairwiseTest): for every point x of the box, ||x~ - c~_j||^2 -
+  // ||x~ - c~_star||^2 >= gap_j (pairGap, linear in x). The values of j and star differ from
+  // those exact distances plus their shifts by at most their margins, so centre j is strictly
+  // farther than star from every point when gap_j > toI_j + toJ_star: it can neither win nor tie.
+  // Often tighter than low_j > best, which bounds the two distances apart.
+  auto pairFarther = [&](int j, float toI) {
+    float sc[DT], c[DT], cc, shift, root;
+    centre(star, sc, cc, shift, root);
+    centre(j, c, cc, shift, root);
+    return pairGap<DT>(b.lo, b.hi, c, sc) > toI + starToJ;
+  };
   TileCandidates r{-1, 0, 0, kClassUnknown};
   int winners = 0;
   for (int j0 = 0; j0 < a.k; j0 += 32) {
     const int j = j0 + laneId;
-    float low = low0, high;
+    float low = low0, high, toI = toI0, toJ;
     int cls = cls0;
     if (j0 > 0) {
       low = -__builtin_huge_valf();
       cls = kClassUnknown;
-      if (j < a.k) bounds(j, low, high, cls);
+      if (j < a.k) bounds(j, low, high, cls, toI, toJ);
     }
-    const bool out = j < a.k && low > best;  // can neither win nor tie
+    bool out = j < a.k && low > best;  // can neither win nor tie
+    // The pairwise test, only where the box test leaves more than one centre that may win.
+    if constexpr (kPairwiseTest<LowT>) {
+      const unsigned left = __ballot_sync(0xffffffffu, j < a.k && !out);
+      if (__popc(left) > (j0 <= star && star < j0 + 32 ? 1 : 0) && j < a.k && !out && j != star)
+        out = pairFarther(j, toI);
+    }
     const unsigned word = __ballot_sync(0xffffffffu, j < a.k && !(out && cls != kClassUnknown));
     const unsigned mayWin = __ballot_sync(0xffffffffu, j < a.k && !out);
     if (laneId == 0) cand[j0 >> 5] = word, win[j0 >> 5] = mayWin;

@@ -50,4 +50,22 @@ KMSEG_HOST_DEVICE inline float shiftedMargin(const float (&X)[D], const float (&
   return fmaf(k.dot, w, fmaf(k.eta, U, fmaf(k.err, n, 0x1p-20f)));
 }
 
+/// The pairwise test's gap (warpCandidates): a lower bound, up to float rounding, of
+/// ||x - c||^2 - ||x - s||^2 over the box lo <= x <= hi. The difference is
+/// sum_q (c_q - s_q)(c_q + s_q - 2 x_q), linear in x, so its least value takes x_q = hi_q where
+/// c_q > s_q and lo_q elsewhere. The float arithmetic is within 2^-20 (A + ||c||^2 + A + ||s||^2)
+/// of the exact value, A = sum_q max(|lo_q|, |hi_q|)^2 (a host test checks it), which the 2^-18 n
+/// parts of the two centres' margins cover.
+template <int D>
+KMSEG_HOST_DEVICE inline float pairGap(const float (&lo)[D], const float (&hi)[D],
+                                       const float (&c)[D], const float (&s)[D]) {
+  float gap = 0.f;
+  for (int q = 0; q < D; ++q) {
+    const float d = c[q] - s[q];
+    const float t = d > 0.f ? hi[q] : lo[q];
+    gap = fmaf(d, fmaf(-2.f, t, c[q] + s[q]), gap);
+  }
+  return gap;
+}
+
 }  // namespace kmseg::cuda

@@ -1051,6 +1051,62 @@ TEST(CudaPruneMargin, BoundsTheShiftedFp16AndBf16ValuesOfTheCpuEngine) {
   EXPECT_LT(gain, 0.75) << "bf16";
 }
 
+// The pairwise test's gap (prune_margin.h, host and device): for boxes and centre pairs in
+// float, min-max-like features in [0, 1] and z-score-like ones in [-3, 3], near and far, the
+// float gap is within 2^-20 (n_c + n_s) of the exact least difference ||x - c||^2 - ||x - s||^2
+// over the box (the slack the margins leave for it), no point of the box goes below the exact
+// least value, and the corner the gap picks attains it. Without a device.
+TEST(CudaPruneMargin, PairGapBoundsTheDifferenceOverTheBox) {
+  constexpr int D = 5;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  double worst = 0.0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const double span = trial % 3 == 2 ? 6.0 : 1.0, from = trial % 3 == 2 ? -3.0 : 0.0;
+    float lo[D], hi[D], c[D], s[D];
+    for (int q = 0; q < D; ++q) {
+      c[q] = float(from + span * unit(rng));
+      // The second centre near the first in every other trial (the pairs the test must split).
+      s[q] = float(trial % 2 ? c[q] + 0.02 * span * (unit(rng) - 0.5) : from + span * unit(rng));
+      const double base = from + span * unit(rng), extent = 0.2 * span * unit(rng) * unit(rng);
+      lo[q] = float(base);
+      hi[q] = float(base + extent);
+      if (hi[q] < lo[q]) std::swap(lo[q], hi[q]);
+    }
+    const float gap = cuda::pairGap<D>(lo, hi, c, s);
+    long double exact = 0, a = 0, cc = 0, ss = 0;
+    auto diff = [&](const float* x) {
+      long double v = 0;
+      for (int q = 0; q < D; ++q)
+        v += ((long double)x[q] - c[q]) * ((long double)x[q] - c[q]) -
+             ((long double)x[q] - s[q]) * ((long double)x[q] - s[q]);
+      return v;
+    };
+    float corner[D];
+    for (int q = 0; q < D; ++q) {
+      corner[q] = c[q] > s[q] ? hi[q] : lo[q];
+      const long double m = std::max(std::fabs(lo[q]), std::fabs(hi[q]));
+      a += m * m;
+      cc += (long double)c[q] * c[q];
+      ss += (long double)s[q] * s[q];
+    }
+    exact = diff(corner);
+    const double slack = double(0x1p-20L * (2 * a + cc + ss));
+    ASSERT_LE(std::fabs(double(gap - exact)), slack) << "trial " << trial;
+    worst = std::max(worst, std::fabs(double(gap - exact)) / slack);
+    for (int p = 0; p < 64; ++p) {
+      float x[D];
+      for (int q = 0; q < D; ++q) {
+        const double t = p < 32 ? double(p >> q & 1) : unit(rng);
+        x[q] = std::clamp(float(lo[q] + t * (double(hi[q]) - lo[q])), lo[q], hi[q]);
+      }
+      ASSERT_GE(diff(x), exact - 1e-15L) << "trial " << trial << " point " << p;
+    }
+  }
+  // The float rounding reaches a visible share of the slack, so the slack is not vacuous.
+  EXPECT_GT(worst, 1e-3);
+}
+
 // The paper's distance kernel (bench distances) against the CPU's pairDistances, which
 // evaluates the same shared formulas with emulated arithmetic: every mode, both working
 // precisions, bit for bit, with the same fallback count. Sets: near and random rows at D = 128
