@@ -912,8 +912,8 @@ LowT roundToLow(double v, bool up) {
 /// Packed assignment of P points (rows w, in W) of one thread: best[p] gets the label, fallbacks
 /// the exact fallback count of the valid points. The scan takes the candidates of `cand`
 /// (warpCandidates' words); `win` holds the centres that may win (the others are candidates only
-/// for their fallbacks). With kCount (mixed modes) it finds no label: fallbacks gets the
-/// fallbacks of the centres in `cand`.
+/// for their fallbacks). In mixed modes `win` may be null: then no centre may win, and the scan
+/// only counts the fallbacks of the centres in `cand` (best[] is left without meaning).
 ///
 /// Mixed modes: besides the packed test that vouches for reliable pairs (see above), a second
 /// one vouches for falling ones: d^ < fl_low(f'' s - m) with f'' <= f (1 - 4 u_low) rounded down
@@ -922,7 +922,7 @@ LowT roundToLow(double v, bool up) {
 /// <= f s (1 - 4 u_low)(1 + u_low) < f s (1 - u_H) <= fl_H(f s). Such a pair falls back without
 /// the scalar re-evaluation: it is counted, and its direct distance is computed only when its
 /// centre may win. The few pairs that neither test vouches for take the exact scalar formulas.
-template <int P, bool kCount, class A, class LC, class HC, class WT, int DT>
+template <int P, class A, class LC, class HC, class WT, int DT>
 __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, const unsigned* cand,
                                     const unsigned* win, const WT (&w)[P][DT],
                                     const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
@@ -930,7 +930,6 @@ __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, co
   using T2 = typename Packed<LowT>::type;
   using H = typename A::H;
   constexpr bool kFallback = A::kFallback;
-  static_assert(kFallback || !kCount, "counting needs a fallback");
   static_assert(P % 2 == 0, "points go in twos");
   constexpr int P2 = P / 2;
   // Points 2h and 2h + 1 as the low and high lanes: x2[h][q] and their norms xx2[h]; per lane the
@@ -957,9 +956,9 @@ __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, co
   const T2 floor2 = broadcast<LowT>(a.sureFloor);
   const T2 fall2 = broadcast<LowT>(a.fallFactor);
   const T2 fallFloor2 = broadcast<LowT>(a.fallFloor);
-  H slowD[kFallback && !kCount ? P : 1];
-  int slowJ[kFallback && !kCount ? P : 1];
-  if constexpr (kFallback && !kCount) {
+  H slowD[kFallback ? P : 1];
+  int slowJ[kFallback ? P : 1];
+  if constexpr (kFallback) {
 #pragma unroll
     for (int p = 0; p < P; ++p) slowD[p] = H(__builtin_huge_val()), slowJ[p] = 0x7fffffff;
   }
@@ -986,26 +985,23 @@ __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, co
         for (int q = 0; q < DT; ++q) dot = __hfma2(x2[h][q], broadcast<LowT>(c.c[q]), dot);
         const T2 s = __hadd2_rn(xx2[h], broadcast<LowT>(c.cc));
         const T2 d = __hfma2(minus2, dot, s);
-        unsigned take = 0;
-        if constexpr (!kCount) take = __hlt2_mask(d, fromBits<T2>(bestBits[h]));
+        unsigned take = __hlt2_mask(d, fromBits<T2>(bestBits[h]));
         if constexpr (kFallback) {
           const unsigned reliable = __hgt2_mask(d, __hfma2(sure2, s, floor2));
           sure[h] |= reliable & bits;
           falls[h] |= __hlt2_mask(d, __hfma2(fall2, s, fallFloor2)) & bits;
           take &= reliable;
         }
-        if constexpr (!kCount) {
-          bestBits[h] = (bitsOf(d) & take) | (bestBits[h] & ~take);
-          bestIdx[h] = (index & take) | (bestIdx[h] & ~take);
-        }
+        bestBits[h] = (bitsOf(d) & take) | (bestBits[h] & ~take);
+        bestIdx[h] = (index & take) | (bestIdx[h] & ~take);
       }
     }
     if constexpr (kFallback) {
-      const unsigned winners = kCount ? 0u : win[t0 >> 5] >> (t0 & 16) & 0xffffu;
+      const unsigned winners = !win ? 0u : win[t0 >> 5] >> (t0 & 16) & 0xffffu;
       // With H = W the falling pairs whose centre may win go centre by centre, the lane's four
       // points at once (one load of the centre, one loop; the values and the order per point are
       // those of the loop per point below).
-      constexpr bool kDirectByCentre = !kCount && std::is_same_v<H, WT>;
+      constexpr bool kDirectByCentre = std::is_same_v<H, WT>;
       if constexpr (kDirectByCentre) {
         unsigned direct = 0;
 #pragma unroll
@@ -1032,7 +1028,7 @@ __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, co
         H xh[DT];
 #pragma unroll
         for (int q = 0; q < DT; ++q) xh[q] = convert<H>(w[p][q]);
-        if constexpr (!kCount && !kDirectByCentre) {
+        if constexpr (!kDirectByCentre) {
           // Falling pairs whose centre may win: the direct formula.
           unsigned direct = fell & winners;
           while (direct) {
@@ -1058,24 +1054,21 @@ __device__ inline void packedAssign(const A& a, const LC* scl, const HC* sch, co
           const H dj = mixedDistance<LowT, H>(expandedDistance<LowT>(xxp, c.cc, dot), xh, sch[j].c,
                                               DT, a.factor, &fell);
           fallbacks += unsigned(fell && valid[p]);
-          if constexpr (!kCount)
-            if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
+          if (dj < slowD[p] || (dj == slowD[p] && j < slowJ[p])) slowD[p] = dj, slowJ[p] = j;
         }
       }
     }
   }
-  if constexpr (!kCount) {
-    // Each lane's minimum, and in mixed modes the exactly evaluated pairs' by (distance, index).
+  // Each lane's minimum, and in mixed modes the exactly evaluated pairs' by (distance, index).
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int h = p >> 1, hi = p & 1;
-      int bj = int(bestIdx[h] >> (16 * hi) & 0xffffu);
-      if constexpr (kFallback) {
-        const H bd = convert<H>(lane<LowT>(fromBits<T2>(bestBits[h]), hi));
-        if (slowD[p] < bd || (slowD[p] == bd && slowJ[p] < bj)) bj = slowJ[p];
-      }
-      best[p] = bj;
+  for (int p = 0; p < P; ++p) {
+    const int h = p >> 1, hi = p & 1;
+    int bj = int(bestIdx[h] >> (16 * hi) & 0xffffu);
+    if constexpr (kFallback) {
+      const H bd = convert<H>(lane<LowT>(fromBits<T2>(bestBits[h]), hi));
+      if (slowD[p] < bd || (slowD[p] == bd && slowJ[p] < bj)) bj = slowJ[p];
     }
+    best[p] = bj;
   }
 }
 
@@ -1106,10 +1099,11 @@ __device__ inline void scalarCount(const A& a, const LC* scl, const unsigned* ca
   }
 }
 
-/// Scalar assignment of P points for fp32 / fp64 distances (same contract as packedAssign).
+/// Scalar assignment of P points for fp32 / fp64 distances (same contract as packedAssign; with
+/// kNullWin, win may be null: no centre may win, and the scan only counts fallbacks).
 /// Uniform modes: with finite distances (guaranteed by kFastMaxAbs) the sequential scan with
 /// closer() is a strict < from +inf, and d = fma(-2, dot, s) equals s - 2 dot.
-template <int P, class A, class LC, class HC, class WT, int DT>
+template <int P, bool kNullWin, class A, class LC, class HC, class WT, int DT>
 __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, const unsigned* cand,
                                     const unsigned* win, const WT (&w)[P][DT],
                                     const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
@@ -1187,7 +1181,7 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
     // formula (mixedDistance's steps otherwise).
     for (int wd = 0; wd < words; ++wd) {
       unsigned left = cand[wd];
-      const unsigned winners = win[wd];
+      const unsigned winners = kNullWin && !win ? 0u : win[wd];
       while (left) {
         const int b = __ffs(left) - 1;
         const int j = (wd << 5) + b;
@@ -1812,6 +1806,13 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   // resident blocks to two). The scalar mixed pass (bf16 and fp32>fp64 fallbacks) has none to
   // spare, so it loads them after the assignment, all before any store.
   constexpr bool kEarlyLabels = kPacked || !kFallback;
+  // The fp16 / bf16 mixed passes test a one-winner tile's fallbacks with the scan itself (see
+  // the round). H200, 12 MP, K = 32, two runs of each build: fp16>fp32 0.2208 / 0.2194 ->
+  // 0.2175 / 0.2173 ms per iteration, fp16>fp64 0.2682 / 0.2682 -> 0.2532 / 0.2538, bf16>fp32
+  // 0.3510 / 0.3511 -> 0.3351 / 0.3354, bf16>fp64 0.4347 / 0.4360 -> 0.4181 / 0.4184 (the pass
+  // holds one copy of the scan: fp16>fp32's code 57.5 -> 54.3 KB); fp32>fp64 0.1601 / 0.1614 ->
+  // 0.1665 / 0.1670, so it keeps its own count (scalarCount).
+  constexpr bool kOneScan = kFallback && kPackedLow<LowT>;
   constexpr int P = kFastPoints;
   static_assert(P == 4, "label words and lane sums take four points");
   extern __shared__ __align__(16) unsigned char smem[];
@@ -2018,15 +2019,13 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     long long first;
     int have;
     if (!loadTileRows(a, tile, lane, w, first, have)) continue;
-    if constexpr (kFallback) {
+    // A tile with one winner whose rows are read for the reliability test: in the fp16 / bf16
+    // mixed passes (kOneScan) it takes the scan below with no centre that may win, one copy of
+    // the scan in the pass instead of two (its label is ignored, its fallbacks are the same);
+    // fp32>fp64 counts them here.
+    if constexpr (kFallback && !kOneScan) {
       if (only >= 0) {
-        if constexpr (kPacked) {
-          const bool valid[P] = {true, true, true, true};
-          int best[P];
-          packedAssign<P, true>(a, scl, sch, cand, win, w, valid, best, fallbacks);
-        } else {
-          scalarCount<P>(a, scl, cand, w, fallbacks);
-        }
+        scalarCount<P>(a, scl, cand, w, fallbacks);
         oneWinner(only, true, onlyState);
         continue;
       }
@@ -2056,13 +2055,30 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       }
     };
     // Loaded with the rows, so that no label store waits for its load after the assignment.
-    if constexpr (kEarlyLabels) loadOld();
+    if constexpr (kEarlyLabels) {
+      if (!kOneScan || only < 0) loadOld();
+    }
     if (assign) {
       int best[P];
-      if constexpr (kPacked)
-        packedAssign<P, false>(a, scl, sch, cand, win, w, valid, best, fallbacks);
-      else
-        scalarAssign<P>(a, scl, sch, cand, win, w, valid, best, fallbacks);
+      if constexpr (kPacked) {
+        packedAssign<P>(a, scl, sch, cand, kOneScan && only >= 0 ? nullptr : win, w, valid, best,
+                        fallbacks);
+        if constexpr (kOneScan) {
+          if (only >= 0) {
+            oneWinner(only, true, onlyState);
+            continue;
+          }
+        }
+      } else {
+        scalarAssign<P, kOneScan>(a, scl, sch, cand, kOneScan && only >= 0 ? nullptr : win, w,
+                                  valid, best, fallbacks);
+        if constexpr (kOneScan) {
+          if (only >= 0) {
+            oneWinner(only, true, onlyState);
+            continue;
+          }
+        }
+      }
       // All loads before any store (from L2: prefetched with the rows).
       if constexpr (!kEarlyLabels) loadOld();
       LabelWord<LabelT> newWord = 0;
