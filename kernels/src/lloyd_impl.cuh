@@ -1990,6 +1990,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     int fallsSkipped = 0;  // mixed modes: centres left out whose pairs all fall back
     int only = -1;         // mixed modes: the one winner, whose tile reads its rows
     unsigned onlyState = 0;
+    bool onlyNoRows = false;  // kOneScan: the one winner's tile needs no rows
     if (assign && a.prune) {
       // The tile's label state (Args::tileState).
       const unsigned state = a.tileState[tile];
@@ -2002,11 +2003,16 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         if constexpr (kFallback)
           fallbacks += unsigned(P * (tc.fallsSkipped + (tc.onlyClass == kClassFalls ? 1 : 0)));
         if (!readRows) {
-          oneWinner(tc.only, false, state);
-          continue;
+          if constexpr (kOneScan) {
+            // To the one call of oneWinner below, past the rows and the scan.
+            onlyNoRows = true;
+          } else {
+            oneWinner(tc.only, false, state);
+            continue;
+          }
         }
         // The candidates to test: all but the winner when its class is known.
-        if (lane == 0 && tc.onlyClass != kClassUnknown)
+        if (lane == 0 && tc.onlyClass != kClassUnknown && (!kOneScan || readRows))
           cand[tc.only >> 5] &= ~(1u << (tc.only & 31));
         __syncwarp();
         only = tc.only;
@@ -2018,7 +2024,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     WT w[P][DT];
     long long first;
     int have;
-    if (!loadTileRows(a, tile, lane, w, first, have)) continue;
+    if constexpr (kOneScan) first = 0, have = P;  // a one winner's tile without rows is whole
+    if (!onlyNoRows && !loadTileRows(a, tile, lane, w, first, have)) continue;
     // A tile with one winner whose rows are read for the reliability test: in the fp16 / bf16
     // mixed passes (kOneScan) it takes the scan below with no centre that may win, one copy of
     // the scan in the pass instead of two (its label is ignored, its fallbacks are the same);
@@ -2061,20 +2068,22 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     if (assign) {
       int best[P];
       if constexpr (kPacked) {
-        packedAssign<P>(a, scl, sch, cand, kOneScan && only >= 0 ? nullptr : win, w, valid, best,
-                        fallbacks);
+        if (!onlyNoRows)
+          packedAssign<P>(a, scl, sch, cand, kOneScan && only >= 0 ? nullptr : win, w, valid, best,
+                          fallbacks);
         if constexpr (kOneScan) {
           if (only >= 0) {
-            oneWinner(only, true, onlyState);
+            oneWinner(only, !onlyNoRows, onlyState);
             continue;
           }
         }
       } else {
-        scalarAssign<P, kOneScan>(a, scl, sch, cand, kOneScan && only >= 0 ? nullptr : win, w,
-                                  valid, best, fallbacks);
+        if (!onlyNoRows)
+          scalarAssign<P, kOneScan>(a, scl, sch, cand, kOneScan && only >= 0 ? nullptr : win, w,
+                                    valid, best, fallbacks);
         if constexpr (kOneScan) {
           if (only >= 0) {
-            oneWinner(only, true, onlyState);
+            oneWinner(only, !onlyNoRows, onlyState);
             continue;
           }
         }
