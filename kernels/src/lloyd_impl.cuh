@@ -1988,7 +1988,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       __syncwarp();
     };
     int fallsSkipped = 0;  // mixed modes: centres left out whose pairs all fall back
-    int only = -1;         // mixed modes: the one winner, whose tile reads its rows
+    int only = -1;         // mixed modes: the one winner whose tile reads its rows (kOneScan: any)
     unsigned onlyState = 0;
     bool onlyNoRows = false;  // kOneScan: the one winner's tile needs no rows
     if (assign && a.prune) {
