@@ -2024,7 +2024,11 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     WT w[P][DT];
     long long first;
     int have;
-    if constexpr (kOneScan) first = 0, have = P;  // a one winner's tile without rows is whole
+    if constexpr (kOneScan) {
+      // A one winner's tile that skips its rows is whole.
+      first = 0;
+      have = P;
+    }
     if (!onlyNoRows && !loadTileRows(a, tile, lane, w, first, have)) continue;
     // A tile with one winner whose rows are read for the reliability test: in the fp16 / bf16
     // mixed passes (kOneScan) it takes the scan below with no centre that may win, one copy of
@@ -2067,25 +2071,18 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     }
     if (assign) {
       int best[P];
-      if constexpr (kPacked) {
-        if (!onlyNoRows)
-          packedAssign<P>(a, scl, sch, cand, kOneScan && only >= 0 ? nullptr : win, w, valid, best,
-                          fallbacks);
-        if constexpr (kOneScan) {
-          if (only >= 0) {
-            oneWinner(only, !onlyNoRows, onlyState);
-            continue;
-          }
-        }
-      } else {
-        if (!onlyNoRows)
-          scalarAssign<P, kOneScan>(a, scl, sch, cand, kOneScan && only >= 0 ? nullptr : win, w,
-                                    valid, best, fallbacks);
-        if constexpr (kOneScan) {
-          if (only >= 0) {
-            oneWinner(only, !onlyNoRows, onlyState);
-            continue;
-          }
+      // kOneScan: a one winner's tile scans with no centre that may win (null), or not at all.
+      const unsigned* mayWin = kOneScan && only >= 0 ? nullptr : win;
+      if (!onlyNoRows) {
+        if constexpr (kPacked)
+          packedAssign<P>(a, scl, sch, cand, mayWin, w, valid, best, fallbacks);
+        else
+          scalarAssign<P, kOneScan>(a, scl, sch, cand, mayWin, w, valid, best, fallbacks);
+      }
+      if constexpr (kOneScan) {
+        if (only >= 0) {
+          oneWinner(only, !onlyNoRows, onlyState);
+          continue;
         }
       }
       // All loads before any store (from L2: prefetched with the rows).
