@@ -202,14 +202,15 @@ struct Args {
   // assignFastKernel's centre pruning (see warpCandidates): on/off (KMeansParams::useBounds) and
   // its margins, rounded up to float: err * (bound on ||x~||^2 + ||c~||^2) + 2^-20 bounds how far
   // a pair's value can be from the exact ||x~ - c~||^2 (rounding of the expanded formula and of
-  // the bound arithmetic; uniform fp16 / bf16: with eta * U_j and pruneDot * sum_q (D - q) X_q
-  // |c~_q| added, how far the value less the rounding of the point's norm can be from
-  // ||x~ - c~||^2 + B_j, see centreBounds and shiftedMargin); eta *
+  // the bound arithmetic; uniform fp16 / bf16: pruneShift's margin, how far the value less the
+  // rounding of the point's norm can be from ||x~ - c~||^2 + B_j, see centreBounds and
+  // shiftedMargin); eta *
   // (||x~|| + ||c~||) bounds ||x - x~|| + ||c - c~|| (mixed modes, whose fallback value comes
   // from the W rows); thr * (||x~||^2 + ||c~||^2) bounds the
   // reliability threshold fl_H(factor s) from above.
   int prune;
-  float pruneErr, pruneEta, pruneThr, pruneDot;
+  float pruneErr, pruneEta, pruneThr;
+  ShiftMargin pruneShift;
   // Mixed modes (see centreBounds): errH * (||x~||^2 + ||c~||^2) + 2^-20 bounds the rounding of
   // the direct formula in H and of the bounds in float; rel1 <= rho' / (rho' + 1) and rel2 >=
   // rho' / (rho' - 1) for rho' = rho (1 - 1.05 gamma_{D+1}(u_low) - 2^-16) (1 - 2 u_H); thrLo
@@ -828,6 +829,12 @@ inline constexpr bool kPackedPass = std::is_same_v<LowT, __half> ||
 template <class LowT, bool kFallback>
 inline constexpr bool kShiftedBounds = !kFallback && kPackedLow<LowT>;
 
+/// Whether a mixed pass bounds d^ with shiftedMargin plus normMargin around ||x~ - c~||^2 + B_j
+/// (the fp16 / bf16 mixed passes) instead of the reliability test's error bound E: see
+/// centreBounds.
+template <class LowT, bool kFallback>
+inline constexpr bool kTightMixed = kFallback&& kPackedLow<LowT>;
+
 /// Whether the fast pass's bounds read BoundCentre: uniform fp16 and bf16 (which need the norm's
 /// rounding) and fp16>fp64 (H200, 12 MP, K = 32: 0.2741 / 0.2743 ms per iteration against
 /// 0.2846 / 0.2832 without, the other modes level). In fp16>fp32 they were slower, with spills
@@ -1276,12 +1283,13 @@ enum PairClass : int { kClassUnknown = 0, kClassReliable = 1, kClassFalls = 2 };
 
 /// Pruning constants of a mixed mode, rounded to float outwards (Args::prune*).
 struct MixedBounds {
-  float root;    // an upper bound of ||x~|| over the box
-  float errH;    // relative margin of the direct formula's value (H rounding, float bounds)
-  float rel1;    // rho' / (rho' + 1), rounded down
-  float rel2;    // rho' / (rho' - 1), rounded up
-  float thrLo;   // a lower bound of fl_H(factor s) / (||x~||^2 + ||c~||^2)
-  float normLo;  // a lower bound of ||x~||^2 over the box
+  float root;     // an upper bound of ||x~|| over the box
+  float errH;     // relative margin of the direct formula's value (H rounding, float bounds)
+  float rel1;     // rho' / (rho' + 1), rounded down
+  float rel2;     // rho' / (rho' - 1), rounded up
+  float thrLo;    // a lower bound of fl_H(factor s) / (||x~||^2 + ||c~||^2)
+  float normLo;   // a lower bound of ||x~||^2 over the box
+  float normErr;  // kTightMixed: a bound of the point's norm rounding over the box (normMargin)
 };
 
 /// For centre c (as floats) and its norm cc (see above): low <= the value any point's pair takes
@@ -1293,11 +1301,12 @@ struct MixedBounds {
 /// float holds up to 2^-22 relative: the products of 11- or 8-bit significands are exact),
 /// s = fl(fl(||x~||^2) + cc) and
 /// d^ = fl(s - 2 dot^), d^ - A - B - ||x~ - c~||^2 is the sum of the three roundings, within
-/// M'_j = shiftedMargin (prune_margin.h: err n + eta U_j + dot sum_q (D - q) X_q |c~_q| + 2^-20,
-/// n = ||x~||^2 + ||c~||^2, X_q the box's largest |x~_q|), so low = L_j + B_j - M'_j and
-/// high = U_j + B_j + M'_j. The dot product's rounding is weighed by the steps that carry each
-/// product (D for the first, 1 for the last) instead of D for all: at D = 5 about 40 % less. A
-/// host test checks M'_j against the CPU engine's emulated fp16 and bf16.
+/// M'_j = shiftedMargin (prune_margin.h: err n + eta U_j + sum binade(grow n) + dot sum_k
+/// binade(grow P_k) + 2^-20, n = ||x~||^2 + ||c~||^2, P_k = sum over q < k of X_q |c~_q|, X_q the
+/// box's largest |x~_q|), so low = L_j + B_j - M'_j and high = U_j + B_j + M'_j. Each step of the
+/// dot product is bounded by the binade of its partial sum (so the first product is weighed by D
+/// steps, the last by 1), and s's rounding by the binade of s. A host test checks M'_j against
+/// the CPU engine's emulated fp16 and bf16.
 /// Mixed modes: a pair's value is d^ (error <= M1 = err n) or,
 /// when it falls back, the direct distance (error <= M2, the eta and H-rounding terms); and when
 /// d^ passes the test, d^ > fl_H(factor s) >= rho' |d^ - d~| (the test's factor is rho times the
@@ -1307,11 +1316,11 @@ struct MixedBounds {
 /// [max(L - M1, rel1 L), min(U + M1, rel2 U)]; falls: the direct distance, in [L - M2, U + M2];
 /// unknown: either. For the near centres (whose pairs mostly fall back) this is much tighter
 /// than the M1 margin alone.
-template <bool kFallback, bool kShift, int DT>
+template <bool kFallback, bool kShift, bool kTight, int DT>
 __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], float cc, float shift,
-                                    float root, float err, float eta, float dotW, float thr,
-                                    const MixedBounds& mb, float& low, float& high, int& cls,
-                                    float& mu) {
+                                    float root, float err, float eta, const ShiftMargin& sm,
+                                    float thr, const MixedBounds& mb, float& low, float& high,
+                                    int& cls, float& mu) {
   float l = 0.f, u = 0.f;
 #pragma unroll
   for (int q = 0; q < DT; ++q) {
@@ -1326,19 +1335,33 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     const float e = eta * (mb.root + root);
     const float fe = fmaf(mb.errH, n, 0x1p-20f);
     const float m2 = fmaf(e, fmaf(2.f, sqrtUp(u), e), fe);
-    cls = l - m1 > thr * n ? kClassReliable
-                           : (u + m1 < mb.thrLo * (mb.normLo + cc) ? kClassFalls : kClassUnknown);
+    // d^ lies in [L - m1Lo, U + m1Hi]: with kTight, d^ - ||x~ - c~||^2 - B_j is within
+    // shiftedMargin + normMargin (B_j = shift), else within E's bound m1.
+    float m1Lo = m1, m1Hi = m1;
+    if constexpr (kTight) {
+      float X[DT];
+#pragma unroll
+      for (int q = 0; q < DT; ++q) X[q] = fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q]));
+      const float m = shiftedMargin(X, c, n, u, sm) + mb.normErr;
+      m1Lo = m - shift;
+      m1Hi = m + shift;
+    }
+    cls = l - m1Lo > thr * n
+              ? kClassReliable
+              : (u + m1Hi < mb.thrLo * (mb.normLo + cc) ? kClassFalls : kClassUnknown);
     // Bounds of the accepted value d^, of the fallback's direct distance, and of either.
-    const float lowR = fmaxf(l - m1, mb.rel1 * (l - fe)), highR = fminf(u + m1, mb.rel2 * (u + fe));
+    const float lowR = fmaxf(l - m1Lo, mb.rel1 * (l - fe)),
+                highR = fminf(u + m1Hi, mb.rel2 * (u + fe));
     const float lowF = l - m2, highF = u + m2;
     low = cls == kClassReliable ? lowR : (cls == kClassFalls ? lowF : fminf(lowR, lowF));
     high = cls == kClassReliable ? highR : (cls == kClassFalls ? highF : fmaxf(highR, highF));
-    mu = cls == kClassReliable ? m1 : (cls == kClassFalls ? m2 : fmaxf(m1, m2));
+    const float mR = fmaxf(m1Lo, m1Hi);
+    mu = cls == kClassReliable ? mR : (cls == kClassFalls ? m2 : fmaxf(mR, m2));
   } else if constexpr (kShift) {
     float X[DT];
 #pragma unroll
     for (int q = 0; q < DT; ++q) X[q] = fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q]));
-    const float m = shiftedMargin(X, c, n, u, ShiftMargin{err, eta, dotW});
+    const float m = shiftedMargin(X, c, n, u, sm);
     high = u + shift + m;
     low = l + shift - m;
     cls = kClassReliable;
@@ -1407,9 +1430,17 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
   constexpr bool kFallback = A::kFallback;
   MixedBounds mb{};
   if constexpr (kFallback)
-    mb = {sqrtUp(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo};
+    mb = {sqrtUp(b.norm), a.pruneErrH, a.pruneRel1, a.pruneRel2, a.pruneThrLo, b.normLo, 0.f};
   constexpr bool kShift = kShiftedBounds<LowT, kFallback>;
-  // Centre j as floats: its row, its norm in LowT, and (BoundCentre) the shift and root.
+  constexpr bool kTight = kTightMixed<LowT, kFallback>;
+  if constexpr (kTight) {
+    float X[DT];
+#pragma unroll
+    for (int q = 0; q < DT; ++q) X[q] = fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q]));
+    mb.normErr = normMargin(X, a.pruneShift);
+  }
+  // Centre j as floats: its row, its norm in LowT, and (BoundCentre) the shift and root; with
+  // kTight the shift is computed here where BoundCentre does not hold it.
   auto centre = [&](int j, float(&c)[DT], float& cc, float& shift, float& root) {
     shift = 0.f;
     root = 0.f;
@@ -1426,18 +1457,25 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
       for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
       cc = convert<float>(lc.cc);
       if constexpr (kFallback) root = sqrtUp(cc);
+      if constexpr (kTight) {
+        float exact = 0.f;  // ||c~||^2 up to float rounding (the products are exact)
+#pragma unroll
+        for (int q = 0; q < DT; ++q) exact = fmaf(c[q], c[q], exact);
+        shift = cc - exact;
+      }
     }
   };
   // low <= value <= high, the class, and the pair margins: the value lies within mu of
-  // ||x~ - c~||^2 + beta for every point of the box (beta = shift), so toI = mu - beta and
-  // toJ = mu + beta (see the pairwise test below).
+  // ||x~ - c~||^2 + beta for every point of the box (beta = shift with kShift, else 0), so
+  // toI = mu - beta and toJ = mu + beta (see the pairwise test below).
   auto bounds = [&](int j, float& low, float& high, int& cls, float& toI, float& toJ) {
     float c[DT], cc, shift, root, mu;
     centre(j, c, cc, shift, root);
-    centreBounds<kFallback, kShift>(b, c, cc, shift, root, a.pruneErr, a.pruneEta, a.pruneDot,
-                                    a.pruneThr, mb, low, high, cls, mu);
-    toI = mu - shift;
-    toJ = mu + shift;
+    centreBounds<kFallback, kShift, kTight>(b, c, cc, shift, root, a.pruneErr, a.pruneEta,
+                                            a.pruneShift, a.pruneThr, mb, low, high, cls, mu);
+    const float beta = kShift ? shift : 0.f;
+    toI = mu - beta;
+    toJ = mu + beta;
   };
   // The least upper bound over all centres (non-negative, so the bits order as integers), and
   // a centre that has it (star). The first 32 centres' lower bounds, classes and margins are kept
@@ -1900,7 +1938,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
           exact = fmaf(bc.c[q], bc.c[q], exact);
         }
         bc.cc = convert<float>(c.cc);
-        bc.shift = kShift ? bc.cc - exact : 0.f;
+        bc.shift = kShift || kTightMixed<LowT, kFallback> ? bc.cc - exact : 0.f;
         bc.root = kFallback ? sqrtUp(bc.cc) : 0.f;
         sbc[j] = bc;
       }
@@ -2990,14 +3028,15 @@ class Run final : public LloydRun {
       if constexpr (!kFallback && kPackedLow<LowT>) {
         // Uniform fp16 / bf16: the margin of the values shifted by the point's norm rounding
         // (centreBounds, shiftedMargin).
-        const ShiftMargin m = shiftMarginCoefficients(d_, u);
-        args_.pruneErr = m.err;
-        args_.pruneEta = m.eta;
-        args_.pruneDot = m.dot;
+        args_.pruneShift = shiftMarginCoefficients(d_, u);
+        args_.pruneErr = 0.f;
+        args_.pruneEta = 0.f;
       } else {
         args_.pruneErr = up(1.05 * 2.0 * gammaN(d_ + 2, u) + 0x1p-18);
         args_.pruneEta = kFallback ? up(1.05 * u) : 0.f;
-        args_.pruneDot = 0.f;
+        // The mixed fp16 / bf16 passes' margin of d^ (kTightMixed).
+        args_.pruneShift =
+            kTightMixed<LowT, kFallback> ? shiftMarginCoefficients(d_, u) : ShiftMargin{};
       }
       args_.pruneThr =
           kFallback ? up(double(args_.factor) * (1.0 + 8.0 * u) * (1.0 + 0x1p-16)) : 0.f;

@@ -5,6 +5,8 @@
 // so that a host test can check it against the CPU engine's emulated arithmetic).
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "kmseg/config.h"
 
@@ -12,10 +14,28 @@ namespace kmseg::cuda {
 
 /// Coefficients of shiftedMargin, rounded up to float.
 struct ShiftMargin {
-  float err;  ///< of n, the bound of ||x~||^2 + ||c~||^2
-  float eta;  ///< of U, the bound of ||x~ - c~||^2
-  float dot;  ///< of sum_q (D - q) X_q |c~_q|
+  float err;   ///< of n, the bound of ||x~||^2 + ||c~||^2
+  float eta;   ///< of U, the bound of ||x~ - c~||^2
+  float dot;   ///< of sum_k binade(grow P_k), P_k = sum over q < k of X_q |c~_q|
+  float sum;   ///< of binade(grow n)
+  float grow;  ///< (1 + gamma_D) with room for the float rounding of P_k and n
 };
+
+/// 2^floor(log2 v) for a positive normal float v (its exponent bits alone), 0 for 0 and for
+/// subnormals: the least value of v's binade. A rounding to the nearest value of a format with
+/// unit roundoff u moves any value of that binade by at most u 2^floor(log2 v) (half its spacing).
+KMSEG_HOST_DEVICE inline float binade(float v) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(__float_as_uint(v) & 0x7f800000u);
+#else
+  std::uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  b &= 0x7f800000u;
+  float r;
+  std::memcpy(&r, &b, sizeof r);
+  return r;
+#endif
+}
 
 /// The coefficients for D features and unit roundoff u of the low precision (host only).
 ///
@@ -25,19 +45,23 @@ struct ShiftMargin {
 /// M of ||x~ - c~||^2:
 ///   d^ - A - B - ||x~ - c~||^2 = e_s - 2 e_dot + e_d.
 /// Step k of the chain rounds a value of magnitude at most (1 + gamma_D) P_k, P_k = sum over
-/// q < k of |x~_q c~_q|, so |e_dot| <= u (1 + gamma_D) sum_q (D - q) |x~_q c~_q|: the early
-/// products are rounded with every later step (weights D, D - 1, ..., 1), where gamma_D n bounds
-/// them all as if each had weight D. |e_s| <= u (fl(||x~||^2) + cc) <= u (1 + gamma_D) n, and
+/// q < k of |x~_q c~_q|, by at most half the spacing of that value's binade, so
+/// |e_dot| <= u sum_k binade((1 + gamma_D) P_k): the early products are rounded with every later
+/// step, and each step's rounding is bounded by the binade its partial sum lies in rather than
+/// by the sum itself (on average about 0.72 of u (1 + gamma_D) P_k, never more). Likewise
+/// fl(||x~||^2) + cc <= (1 + gamma_D) n, so |e_s| <= u binade((1 + gamma_D) n), and
 /// |e_d| <= u |s - 2 dot^| <= u (U + gamma_D n + |e_s| + 2 |e_dot|). So
 ///   M = (1 + u)(2 |e_dot| + |e_s|) + u U + u gamma_D n,
 /// with a factor 1.05 for the float arithmetic of the bounds, 2^-18 n for the float rounding of
 /// the norms and of the box, and (shiftedMargin) 2^-20 for fp16 underflow (at most 12 roundings
-/// of 2^-25 each).
+/// of 2^-25 each). `grow` rounds (1 + gamma_D) up with room (2^-16) for the float rounding of
+/// P_k and n (a few units of 2^-24), so that a computed bound never falls below the binade of
+/// the value it bounds.
 inline ShiftMargin shiftMarginCoefficients(int d, double u) {
   const double g = d * u / (1.0 - d * u);
   auto up = [](double v) { return std::nextafter(float(v), HUGE_VALF); };
-  return {up(1.05 * (u * (1.0 + g) * (1.0 + u) + u * g) + 0x1p-18), up(1.05 * u),
-          up(1.05 * 2.0 * u * (1.0 + g) * (1.0 + u))};
+  return {up(1.05 * u * g + 0x1p-18), up(1.05 * u), up(1.05 * 2.0 * u * (1.0 + u)),
+          up(1.05 * u * (1.0 + u)), up((1.0 + g) * (1.0 + 0x1p-16))};
 }
 
 /// M for a centre c~ (as floats) against every point of a box with |x~_q| <= X_q, where n bounds
@@ -45,9 +69,26 @@ inline ShiftMargin shiftMarginCoefficients(int d, double u) {
 template <int D>
 KMSEG_HOST_DEVICE inline float shiftedMargin(const float (&X)[D], const float (&c)[D], float n,
                                              float U, const ShiftMargin& k) {
-  float w = 0.f;
-  for (int q = 0; q < D; ++q) w = fmaf(float(D - q) * X[q], fabsf(c[q]), w);
-  return fmaf(k.dot, w, fmaf(k.eta, U, fmaf(k.err, n, 0x1p-20f)));
+  float p = 0.f, w = 0.f;
+  for (int q = 0; q < D; ++q) {
+    p = fmaf(X[q], fabsf(c[q]), p);
+    w += binade(k.grow * p);
+  }
+  return fmaf(k.dot, w, fmaf(k.sum, binade(k.grow * n), fmaf(k.eta, U, fmaf(k.err, n, 0x1p-20f))));
+}
+
+/// A bound of |fl(||x~||^2) - ||x~||^2| over a box with |x~_q| <= X_q, the rounding of the
+/// point's own norm (the chain acc_k = fl(x~_{k-1}^2 + acc_{k-1})), by the same reasoning as the
+/// dot product's in shiftedMargin: sum * sum_k binade(grow Q_k), Q_k = sum over q < k of X_q^2.
+/// The mixed fp16 / bf16 passes add it to shiftedMargin to bound d^ - B - ||x~ - c~||^2.
+template <int D>
+KMSEG_HOST_DEVICE inline float normMargin(const float (&X)[D], const ShiftMargin& k) {
+  float p = 0.f, w = 0.f;
+  for (int q = 0; q < D; ++q) {
+    p = fmaf(X[q], X[q], p);
+    w += binade(k.grow * p);
+  }
+  return k.sum * w;
 }
 
 /// The pairwise test's gap (warpCandidates): a lower bound, up to float rounding, of

@@ -967,12 +967,19 @@ TEST(CudaLaunchShape, BlocksDoNotKeepToTheSameColumns) {
 // less the roundings of the two norms is within the margin of the exact squared distance. The
 // box's quantities are computed in float as centreBounds computes them. Without a device.
 template <class E>
-void checkShiftedMargin(double u, std::uint64_t seed, double& worst, double& meanGain) {
+void checkShiftedMargin(double u, std::uint64_t seed, double& worst, double& meanGain,
+                        double& meanStepGain, double& worstMixed, double& meanMixedGain) {
   using M = Math<E>;
   constexpr int D = 5;
   const cuda::ShiftMargin k = cuda::shiftMarginCoefficients(D, u);
   const double g = D * u / (1.0 - D * u);
   const double oldErr = 1.05 * (g + 1.05 * u + u * (2.0 * g + 1.05 * u)) + 0x1p-18;
+  // The margin before binades (8b49d05): u (1 + gamma_D) times the values themselves.
+  const double stepErr = 1.05 * (u * (1.0 + g) * (1.0 + u) + u * g) + 0x1p-18;
+  const double stepDot = 1.05 * 2.0 * u * (1.0 + g) * (1.0 + u);
+  double stepGain = 0.0, mixedGain = 0.0;
+  // The mixed passes' margin before kTightMixed: the reliability test's error bound E.
+  const double mixedErr = 1.05 * 2.0 * (D + 2) * u / (1.0 - (D + 2) * u) + 0x1p-18;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   auto low = [](double v) { return float(M::toDouble(M::from(v))); };
@@ -1010,6 +1017,15 @@ void checkShiftedMargin(double u, std::uint64_t seed, double& worst, double& mea
     const float n = norm + float(M::toDouble(cc));
     const float margin = cuda::shiftedMargin(X, c, n, U, k);
     gain += margin / (oldErr * n + 1.05 * u * U + 0x1p-20);
+    double w = 0.0;
+    for (int q = 0; q < D; ++q) w += double(D - q) * X[q] * std::fabs(c[q]);
+    const double stepMargin = stepDot * w + stepErr * n + 1.05 * u * U + 0x1p-20;
+    // Never wider than the margin it refines (but for the room grow leaves for float rounding).
+    ASSERT_LE(margin, stepMargin * (1.0 + 0x1p-14)) << "box " << trial;
+    stepGain += margin / stepMargin;
+    // The mixed passes' margin of d^ around ||x~ - c~||^2 + B: shiftedMargin plus normMargin.
+    const float mixedMargin = margin + cuda::normMargin(X, k);
+    mixedGain += mixedMargin / (mixedErr * n + 0x1p-20);
     ++boxes;
     const long double B = M::toDouble(cc) - exactNorm(c);
     for (int p = 0; p < 64; ++p) {
@@ -1031,24 +1047,38 @@ void checkShiftedMargin(double u, std::uint64_t seed, double& worst, double& mea
       const double err = double(std::fabs(M::toDouble(e.distance) - A - B - exact));
       ASSERT_LE(err, margin) << "box " << trial << " point " << p;
       worst = std::max(worst, err / margin);
+      const double mixed = double(std::fabs(M::toDouble(e.distance) - B - exact));
+      ASSERT_LE(mixed, mixedMargin) << "box " << trial << " point " << p;
+      worstMixed = std::max(worstMixed, mixed / mixedMargin);
     }
   }
   meanGain = gain / boxes;
+  meanStepGain = stepGain / boxes;
+  meanMixedGain = mixedGain / boxes;
 }
 
 TEST(CudaPruneMargin, BoundsTheShiftedFp16AndBf16ValuesOfTheCpuEngine) {
-  double worst = 0.0, gain = 0.0;
-  checkShiftedMargin<EmuHalf>(0x1p-11, 7, worst, gain);
-  // The bound is not vacuous: some pair comes within a factor 4 of it (0.81 of it in fp16 and
-  // bf16 when this was written; halving either coefficient makes the test fail); and it is
-  // tighter than the one it replaced (gamma_D for the whole dot product) by a quarter or more on
-  // average (0.62 of it when this was written).
-  EXPECT_GT(worst, 0.25) << "fp16";
-  EXPECT_LT(gain, 0.75) << "fp16";
-  worst = 0.0;
-  checkShiftedMargin<EmuBf16>(0x1p-8, 11, worst, gain);
-  EXPECT_GT(worst, 0.25) << "bf16";
-  EXPECT_LT(gain, 0.75) << "bf16";
+  // The bounds are not vacuous: some pair comes within a factor 4 of each; the uniform passes'
+  // margin is tighter than the one with gamma_D for the whole dot product by a quarter or more
+  // on average (0.62 of it before binades), and tighter than the one that weighs the steps by
+  // their values (8b49d05) by a tenth or more; the mixed passes' is under half of E's bound.
+  for (const bool half : {true, false}) {
+    double worst = 0.0, gain = 0.0, stepGain = 0.0, worstMixed = 0.0, mixedGain = 0.0;
+    if (half)
+      checkShiftedMargin<EmuHalf>(0x1p-11, 7, worst, gain, stepGain, worstMixed, mixedGain);
+    else
+      checkShiftedMargin<EmuBf16>(0x1p-8, 11, worst, gain, stepGain, worstMixed, mixedGain);
+    const char* name = half ? "fp16" : "bf16";
+    std::printf(
+        "%s: worst %.3f of the margin; mean %.3f of gamma_D's, %.3f of 8b49d05's; mixed: worst "
+        "%.3f, mean %.3f of E's\n",
+        name, worst, gain, stepGain, worstMixed, mixedGain);
+    EXPECT_GT(worst, 0.25) << name;
+    EXPECT_LT(gain, 0.75) << name;
+    EXPECT_LT(stepGain, 0.9) << name;
+    EXPECT_GT(worstMixed, 0.25) << name;
+    EXPECT_LT(mixedGain, 0.5) << name;
+  }
 }
 
 // The pairwise test's gap (prune_margin.h, host and device): for boxes and centre pairs in
