@@ -772,8 +772,8 @@ struct alignas(16) LowCentre {
   LowT cc;
 };
 /// One centre of the fast pass for its bounds (centreBounds), computed once per pass instead of
-/// once per tile: the row and norm as floats, and the norm's rounding (uniform fp16 / bf16) or
-/// its square root (fp16>fp64). See kBoundCentres.
+/// once per tile: the row and norm as floats, the norm's rounding and (mixed passes) the norm's
+/// square root. See kBoundCentres.
 template <int DT>
 struct alignas(16) BoundCentre {
   float c[DT];
@@ -835,15 +835,17 @@ inline constexpr bool kShiftedBounds = !kFallback && kPackedLow<LowT>;
 template <class LowT, bool kFallback>
 inline constexpr bool kTightMixed = kFallback&& kPackedLow<LowT>;
 
-/// Whether the fast pass's bounds read BoundCentre: uniform fp16 and bf16 (which need the norm's
-/// rounding) and fp16>fp64 (H200, 12 MP, K = 32: 0.2741 / 0.2743 ms per iteration against
-/// 0.2846 / 0.2832 without, the other modes level). In fp16>fp32 they were slower, with spills
-/// and again without (at d948c72: 0.2207 / 0.2204 -> 0.2243 / 0.2258 ms), and bf16>fp64 went
-/// 0.4337 -> 0.4396 ms.
+/// Whether the fast pass's bounds read BoundCentre: every fp16 / bf16 pass, all of which need the
+/// centre's norm rounding (kShiftedBounds, kTightMixed). fp16>fp64 took it first (H200, 12 MP,
+/// K = 32: 0.2741 / 0.2743 ms per iteration against 0.2846 / 0.2832 without); fp16>fp32 and the
+/// bf16 mixed passes were slower with it while their bounds used E (at d948c72: fp16>fp32
+/// 0.2207 / 0.2204 -> 0.2243 / 0.2258 ms; bf16>fp64 0.4337 -> 0.4396), and faster once they
+/// needed the norm rounding (against 6e607f1, two runs each: fp16>fp32 0.2150 / 0.2163 ->
+/// 0.2142 / 0.2143, bf16>fp32 0.2970 / 0.2983 -> 0.2950 / 0.2951, bf16>fp64 0.3742 / 0.3731 ->
+/// 0.3716 / 0.3727).
 template <class LowT, class H, bool kFallback>
-inline constexpr bool kBoundCentres = kShiftedBounds<LowT, kFallback> ||
-                                      (kFallback && std::is_same_v<LowT, __half> &&
-                                       std::is_same_v<H, double>);
+inline constexpr bool kBoundCentres =
+    kShiftedBounds<LowT, kFallback> || kTightMixed<LowT, kFallback>;
 
 /// Whether warpCandidates follows the box test with the pairwise test: where the distances are
 /// fp32 or fp64 (fp64, fp32, fp32>fp64). H200, 12 MP, K = 32, two runs of each build: fp64
@@ -1439,8 +1441,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
     for (int q = 0; q < DT; ++q) X[q] = fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q]));
     mb.normErr = normMargin(X, a.pruneShift);
   }
-  // Centre j as floats: its row, its norm in LowT, and (BoundCentre) the shift and root; with
-  // kTight the shift is computed here where BoundCentre does not hold it.
+  // Centre j as floats: its row, its norm in LowT, and (BoundCentre) the shift and root.
   auto centre = [&](int j, float(&c)[DT], float& cc, float& shift, float& root) {
     shift = 0.f;
     root = 0.f;
@@ -1452,17 +1453,12 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
       shift = bc.shift;
       root = bc.root;
     } else {
+      static_assert(!kShift && !kTight, "these bounds need BoundCentre's shift");
       const LC& lc = scl[j];
 #pragma unroll
       for (int q = 0; q < DT; ++q) c[q] = convert<float>(lc.c[q]);
       cc = convert<float>(lc.cc);
       if constexpr (kFallback) root = sqrtUp(cc);
-      if constexpr (kTight) {
-        float exact = 0.f;  // ||c~||^2 up to float rounding (the products are exact)
-#pragma unroll
-        for (int q = 0; q < DT; ++q) exact = fmaf(c[q], c[q], exact);
-        shift = cc - exact;
-      }
     }
   };
   // low <= value <= high, the class, and the pair margins: the value lies within mu of
