@@ -835,6 +835,21 @@ inline constexpr bool kShiftedBounds = !kFallback && kPackedLow<LowT>;
 template <class LowT, bool kFallback>
 inline constexpr bool kTightMixed = kFallback&& kPackedLow<LowT>;
 
+/// Whether the scan takes the direct formula alone for the centres that may win and whose pairs
+/// with the tile's box all fall back (class falls, warpCandidates' third word set), instead of
+/// evaluating d^ and its test first: the bf16 mixed passes, whose scalar d^ costs most. H200,
+/// 12 MP, K = 32, two runs each against ef31738: bf16>fp32 0.2943 / 0.2939 -> 0.2805 / 0.2801 ms
+/// per iteration, bf16>fp64 0.3722 / 0.3723 -> 0.3598 / 0.3601; fp32>fp64 went 0.1610 / 0.1612
+/// -> 0.1685 / 0.1681, and in the packed scan (skipping the pair's packed d^) fp16>fp32 0.2140 /
+/// 0.2142 -> 0.2161 / 0.2158 and fp16>fp64 0.2398 / 0.2395 -> 0.2515 / 0.2512.
+template <class LowT, bool kFallback>
+inline constexpr bool kFallsKnown = kFallback&& std::is_same_v<LowT, __nv_bfloat16>;
+
+/// Candidate word sets per warp of the fast pass: the candidates, the centres that may win, and
+/// with kFallsKnown the centres of class falls.
+template <class LowT, bool kFallback>
+inline constexpr int kCandidateSets = kFallsKnown<LowT, kFallback> ? 3 : 2;
+
 /// Whether the fast pass's bounds read BoundCentre: every fp16 / bf16 pass, all of which need the
 /// centre's norm rounding (kShiftedBounds, kTightMixed). fp16>fp64 took it first (H200, 12 MP,
 /// K = 32: 0.2741 / 0.2743 ms per iteration against 0.2846 / 0.2832 without); fp16>fp32 and the
@@ -1114,8 +1129,9 @@ __device__ inline void scalarCount(const A& a, const LC* scl, const unsigned* ca
 /// closer() is a strict < from +inf, and d = fma(-2, dot, s) equals s - 2 dot.
 template <int P, bool kNullWin, class A, class LC, class HC, class WT, int DT>
 __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, const unsigned* cand,
-                                    const unsigned* win, const WT (&w)[P][DT],
-                                    const bool (&valid)[P], int (&best)[P], unsigned& fallbacks) {
+                                    const unsigned* win, const unsigned* fallsWord,
+                                    const WT (&w)[P][DT], const bool (&valid)[P], int (&best)[P],
+                                    unsigned& fallbacks) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   using H = typename A::H;
   using M = Math<LowT>;
@@ -1191,12 +1207,21 @@ __device__ inline void scalarAssign(const A& a, const LC* scl, const HC* sch, co
     for (int wd = 0; wd < words; ++wd) {
       unsigned left = cand[wd];
       const unsigned winners = kNullWin && !win ? 0u : win[wd];
+      // The candidates whose pairs all fall back (class falls): the direct formula alone.
+      const unsigned known = kFallsKnown<LowT, kFallback> ? fallsWord[wd] & winners : 0u;
       while (left) {
         const int b = __ffs(left) - 1;
         const int j = (wd << 5) + b;
         left &= left - 1;
         const LC c = scl[j];
-        if (winners >> b & 1) {
+        if (known >> b & 1) {
+#pragma unroll
+          for (int p = 0; p < P; ++p) {
+            const DistT dj = directDistance<H>(xh[p], sch[j].c, DT);
+            fallbacks += unsigned(valid[p]);
+            if (dj < bestD[p]) bestD[p] = dj, best[p] = j;
+          }
+        } else if (winners >> b & 1) {
 #pragma unroll
           for (int p = 0; p < P; ++p) {
             const LowT dot = dotProduct<LowT>(x[p], c.c, DT);
@@ -1427,7 +1452,8 @@ struct TileCandidates {
 template <class A, class LC, int DT>
 __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
                                                 const BoundCentre<DT>* sbc, const Box<DT>& b,
-                                                unsigned* cand, unsigned* win, int laneId) {
+                                                unsigned* cand, unsigned* win, unsigned* fallsWord,
+                                                int laneId) {
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(A::cl)>>;
   constexpr bool kFallback = A::kFallback;
   MixedBounds mb{};
@@ -1539,6 +1565,8 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
     if (mayWin) r.only = j0 + __ffs(mayWin) - 1;
     if constexpr (kFallback) {
       const unsigned falls = __ballot_sync(0xffffffffu, j < a.k && cls == kClassFalls);
+      if constexpr (kFallsKnown<LowT, kFallback>)
+        if (laneId == 0) fallsWord[j0 >> 5] = falls;
       r.fallsSkipped += __popc(falls & ~word);
       const unsigned sure = __ballot_sync(0xffffffffu, j < a.k && cls == kClassReliable);
       if (mayWin) {
@@ -1566,8 +1594,10 @@ constexpr std::size_t fastSharedBytes(int k, int slots, bool fallback) {
   const std::size_t acc = std::size_t(kWarps) * k * DT * slots * sizeof(WT);
   const std::size_t counts = (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
   const std::size_t centres = k * sizeof(LowCentre<LowT, DT>);
-  const std::size_t cand =
-      (std::size_t(kWarps) * 2 * fastCandidateWords(k) * sizeof(unsigned) + 15) / 16 * 16;
+  const std::size_t cand = (std::size_t(kWarps) * (fallback ? kCandidateSets<LowT, true> : 2) *
+                                fastCandidateWords(k) * sizeof(unsigned) +
+                            15) /
+                           16 * 16;
   const bool bound = fallback ? kBoundCentres<LowT, H, true> : kBoundCentres<LowT, H, false>;
   return (acc + 15) / 16 * 16 + counts + cand + centres +
          (fallback ? k * sizeof(HighCentre<H, DT>) : 0) + (bound ? k * sizeof(BoundCentre<DT>) : 0);
@@ -1866,9 +1896,11 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   unsigned* count = reinterpret_cast<unsigned*>(p8);
   p8 += (std::size_t(k) * sizeof(unsigned) + 15) / 16 * 16;
   const int candWords = fastCandidateWords(k);
-  unsigned* cand = reinterpret_cast<unsigned*>(p8) + warp * 2 * candWords;
+  constexpr int kSets = kCandidateSets<LowT, kFallback>;
+  unsigned* cand = reinterpret_cast<unsigned*>(p8) + warp * kSets * candWords;
   unsigned* win = cand + candWords;
-  p8 += (std::size_t(kWarps) * 2 * candWords * sizeof(unsigned) + 15) / 16 * 16;
+  unsigned* falls = win + candWords;  // kFallsKnown: the centres whose class is falls
+  p8 += (std::size_t(kWarps) * kSets * candWords * sizeof(unsigned) + 15) / 16 * 16;
   LC* scl = reinterpret_cast<LC*>(p8);
   HC* sch = reinterpret_cast<HC*>(p8 + k * sizeof(LC));
   // The centres for the bounds (kBoundCentres), after the centres in H of the mixed passes.
@@ -1951,8 +1983,10 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
 
   if (assign && !a.prune) {
     // Every centre is a candidate (the full scan).
-    for (int c = lane; c < candWords; c += 32)
+    for (int c = lane; c < candWords; c += 32) {
       cand[c] = win[c] = c < k >> 5 ? ~0u : (1u << (k & 31)) - 1;
+      if constexpr (kSets > 2) falls[c] = 0;
+    }
     __syncwarp();
   }
   WT* warpAcc = acc + std::size_t(warp) * kd * slots;
@@ -2030,7 +2064,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       const unsigned state = a.tileState[tile];
       bool wholeTile;
       const Box<DT> box = loadBox(a.boxes + tile, wholeTile);
-      const TileCandidates tc = warpCandidates(a, scl, sbc, box, cand, win, lane);
+      const TileCandidates tc = warpCandidates(a, scl, sbc, box, cand, win, falls, lane);
       prefetchNextRows();
       if (tc.only >= 0 && wholeTile) {
         const bool readRows = kFallback && (tc.candidates > 1 || tc.onlyClass == kClassUnknown);
@@ -2111,7 +2145,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         if constexpr (kPacked)
           packedAssign<P>(a, scl, sch, cand, mayWin, w, valid, best, fallbacks);
         else
-          scalarAssign<P, kOneScan>(a, scl, sch, cand, mayWin, w, valid, best, fallbacks);
+          scalarAssign<P, kOneScan>(a, scl, sch, cand, mayWin, falls, w, valid, best, fallbacks);
       }
       if constexpr (kOneScan) {
         if (only >= 0) {
