@@ -863,14 +863,18 @@ inline constexpr bool kBoundCentres =
     kShiftedBounds<LowT, kFallback> || kTightMixed<LowT, kFallback>;
 
 /// Whether warpCandidates follows the box test with the pairwise test: where the distances are
-/// fp32 or fp64 (fp64, fp32, fp32>fp64). H200, 12 MP, K = 32, two runs of each build: fp64
-/// 0.1717 / 0.1712 -> 0.1668 / 0.1673 ms per iteration, fp32 0.1165 / 0.1166 -> 0.1158 / 0.1158,
-/// fp32>fp64 0.1744 / 0.1739 -> 0.1608 / 0.1612; with fp16 / bf16 distances uniform fp16 and
-/// bf16 were level, bf16>fp32 and bf16>fp64 level or slower (0.3538 / 0.3523 -> 0.3578 /
-/// 0.3542), fp16>fp32 and fp16>fp64 slower (0.2215 / 0.2223 -> 0.2328 / 0.2369, 0.2695 / 0.2692
-/// -> 0.2783 / 0.2771): their margins are a far larger share of the gap the test must clear.
-template <class LowT>
-inline constexpr bool kPairwiseTest = !kPackedLow<LowT>;
+/// fp32 or fp64 (fp64, fp32, fp32>fp64), and in the bf16 mixed passes. H200, 12 MP, K = 32, two
+/// runs of each build: fp64 0.1717 / 0.1712 -> 0.1668 / 0.1673 ms per iteration, fp32 0.1165 /
+/// 0.1166 -> 0.1158 / 0.1158, fp32>fp64 0.1744 / 0.1739 -> 0.1608 / 0.1612; with fp16 / bf16
+/// distances uniform fp16 and bf16 were level, bf16>fp32 and bf16>fp64 level or slower (0.3538 /
+/// 0.3523 -> 0.3578 / 0.3542), fp16>fp32 and fp16>fp64 slower (0.2215 / 0.2223 -> 0.2328 /
+/// 0.2369, 0.2695 / 0.2692 -> 0.2783 / 0.2771): their margins were a far larger share of the gap
+/// the test must clear. With the binade margins and kTightMixed (against 0cc0b26): bf16>fp64
+/// 0.3578 / 0.3588 -> 0.3476 / 0.3482, bf16>fp32 0.2797 / 0.2791 -> 0.2785 / 0.2784, uniform
+/// fp16 0.1161 / 0.1158 -> 0.1165 / 0.1165 and bf16 0.1494 / 0.1493 -> 0.1502 / 0.1497.
+template <class LowT, bool kFallback>
+inline constexpr bool kPairwiseTest =
+    !kPackedLow<LowT> || (kFallback && std::is_same_v<LowT, __nv_bfloat16>);
 
 template <class LowT>
 struct Packed {
@@ -1513,7 +1517,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
     float low, high, toI, toJ;
     int cls;
     bounds(j, low, high, cls, toI, toJ);
-    if constexpr (kPairwiseTest<LowT>) {
+    if constexpr (kPairwiseTest<LowT, kFallback>) {
       if (high < best) best = high, arg = j, argToJ = toJ;
     } else {
       best = fminf(best, high);
@@ -1523,7 +1527,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
   best = __int_as_float(warpMin(__float_as_int(best)));
   int star = 0;
   float starToJ = 0.f;
-  if constexpr (kPairwiseTest<LowT>) {
+  if constexpr (kPairwiseTest<LowT, kFallback>) {
     const int starLane = __ffs(__ballot_sync(0xffffffffu, myBest == best)) - 1;
     star = __shfl_sync(0xffffffffu, arg, starLane);
     starToJ = __shfl_sync(0xffffffffu, argToJ, starLane);
@@ -1552,7 +1556,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
     }
     bool out = j < a.k && low > best;  // can neither win nor tie
     // The pairwise test, only where the box test leaves more than one centre that may win.
-    if constexpr (kPairwiseTest<LowT>) {
+    if constexpr (kPairwiseTest<LowT, kFallback>) {
       const unsigned left = __ballot_sync(0xffffffffu, j < a.k && !out);
       if (__popc(left) > (j0 <= star && star < j0 + 32 ? 1 : 0) && j < a.k && !out && j != star)
         out = pairFarther(j, toI);
