@@ -833,7 +833,7 @@ inline constexpr bool kShiftedBounds = !kFallback && kPackedLow<LowT>;
 /// (the fp16 / bf16 mixed passes) instead of the reliability test's error bound E: see
 /// centreBounds.
 template <class LowT, bool kFallback>
-inline constexpr bool kTightMixed = kFallback&& kPackedLow<LowT>;
+inline constexpr bool kTightMixed = (kFallback && kPackedLow<LowT>);
 
 /// Whether the scan takes the direct formula alone for the centres that may win and whose pairs
 /// with the tile's box all fall back (class falls, warpCandidates' third word set), instead of
@@ -843,7 +843,7 @@ inline constexpr bool kTightMixed = kFallback&& kPackedLow<LowT>;
 /// -> 0.1685 / 0.1681, and in the packed scan (skipping the pair's packed d^) fp16>fp32 0.2140 /
 /// 0.2142 -> 0.2161 / 0.2158 and fp16>fp64 0.2398 / 0.2395 -> 0.2515 / 0.2512.
 template <class LowT, bool kFallback>
-inline constexpr bool kFallsKnown = kFallback&& std::is_same_v<LowT, __nv_bfloat16>;
+inline constexpr bool kFallsKnown = (kFallback && std::is_same_v<LowT, __nv_bfloat16>);
 
 /// Candidate word sets per warp of the fast pass: the candidates, the centres that may win, and
 /// with kFallsKnown the centres of class falls.
@@ -1338,7 +1338,8 @@ struct MixedBounds {
 /// dot product is bounded by the binade of its partial sum (so the first product is weighed by D
 /// steps, the last by 1), and s's rounding by the binade of s. A host test checks M'_j against
 /// the CPU engine's emulated fp16 and bf16.
-/// Mixed modes: a pair's value is d^ (error <= M1 = err n) or,
+/// Mixed modes: a pair's value is d^ (error <= M1 = err n; with kTight, the fp16 / bf16 mixed
+/// passes, d^ - ||x~ - c~||^2 - B_j is within M'_j plus normMargin, the point's norm rounding) or,
 /// when it falls back, the direct distance (error <= M2, the eta and H-rounding terms); and when
 /// d^ passes the test, d^ > fl_H(factor s) >= rho' |d^ - d~| (the test's factor is rho times the
 /// error bound's, less the rounding of s), so d~ rho' / (rho' + 1) <= d^ <= d~ rho' / (rho' - 1).
