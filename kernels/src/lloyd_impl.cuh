@@ -154,6 +154,15 @@ template <int DT>
 struct alignas(16) Box {
   float lo[DT], hi[DT];
   float norm, normLo;
+  /// The greatest |x~_q| over the box.
+  __device__ float extent(int q) const { return fmaxf(fabsf(lo[q]), fabsf(hi[q])); }
+  /// Every feature's extent: X_q = extent(q), the X of shiftedMargin and normMargin. (Each
+  /// centre's bounds take them afresh: computed once per tile and kept across the centres, they
+  /// cost the uniform fp16 / bf16 passes 1.6 KB more code, ptxas.)
+  __device__ void extents(float (&X)[DT]) const {
+#pragma unroll
+    for (int q = 0; q < DT; ++q) X[q] = extent(q);
+  }
 };
 
 template <class LowT, class HighT, class WT, class LabelT>
@@ -1372,8 +1381,7 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     float m1Lo = m1, m1Hi = m1;
     if constexpr (kTight) {
       float X[DT];
-#pragma unroll
-      for (int q = 0; q < DT; ++q) X[q] = fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q]));
+      b.extents(X);
       const float m = shiftedMargin(X, c, n, u, sm) + mb.normErr;
       m1Lo = m - shift;
       m1Hi = m + shift;
@@ -1391,8 +1399,7 @@ __device__ inline void centreBounds(const Box<DT>& b, const float (&c)[DT], floa
     mu = cls == kClassReliable ? mR : (cls == kClassFalls ? m2 : fmaxf(mR, m2));
   } else if constexpr (kShift) {
     float X[DT];
-#pragma unroll
-    for (int q = 0; q < DT; ++q) X[q] = fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q]));
+    b.extents(X);
     const float m = shiftedMargin(X, c, n, u, sm);
     high = u + shift + m;
     low = l + shift - m;
@@ -1426,8 +1433,7 @@ __device__ inline Box<DT> warpBox(const WT (&w)[P][DT]) {
     const float lo = lowAsFloat<LowT>(lw, false), hi = lowAsFloat<LowT>(hw, true);
     b.lo[q] = fromOrderedKey(warpMin(orderedKey(lo)));
     b.hi[q] = fromOrderedKey(warpMax(orderedKey(hi)));
-    b.norm =
-        fmaf(fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q])), fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q])), b.norm);
+    b.norm = fmaf(b.extent(q), b.extent(q), b.norm);
     if constexpr (kFallback) {
       // The least |x~_q| over the box: 0 when the box spans 0.
       const float least = b.lo[q] > 0.f ? b.lo[q] : (b.hi[q] < 0.f ? -b.hi[q] : 0.f);
@@ -1468,8 +1474,7 @@ __device__ inline TileCandidates warpCandidates(const A& a, const LC* scl,
   constexpr bool kTight = kTightMixed<LowT, kFallback>;
   if constexpr (kTight) {
     float X[DT];
-#pragma unroll
-    for (int q = 0; q < DT; ++q) X[q] = fmaxf(fabsf(b.lo[q]), fabsf(b.hi[q]));
+    b.extents(X);
     mb.normErr = normMargin(X, a.pruneShift);
   }
   // Centre j as floats: its row, its norm in LowT, and (BoundCentre) the shift and root.

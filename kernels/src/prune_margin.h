@@ -48,7 +48,7 @@ KMSEG_HOST_DEVICE inline float binade(float v) {
 /// q < k of |x~_q c~_q|, by at most half the spacing of that value's binade, so
 /// |e_dot| <= u sum_k binade((1 + gamma_D) P_k): the early products are rounded with every later
 /// step, and each step's rounding is bounded by the binade its partial sum lies in rather than
-/// by the sum itself (on average about 0.72 of u (1 + gamma_D) P_k, never more). Likewise
+/// by the sum itself (never more than u (1 + gamma_D) P_k). Likewise
 /// fl(||x~||^2) + cc <= (1 + gamma_D) n, so |e_s| <= u binade((1 + gamma_D) n), and
 /// |e_d| <= u |s - 2 dot^| <= u (U + gamma_D n + |e_s| + 2 |e_dot|). So
 ///   M = (1 + u)(2 |e_dot| + |e_s|) + u U + u gamma_D n,
@@ -64,16 +64,25 @@ inline ShiftMargin shiftMarginCoefficients(int d, double u) {
           up(1.05 * u * (1.0 + u)), up((1.0 + g) * (1.0 + 0x1p-16))};
 }
 
+/// sum_k binade(grow P_k) with P_k = sum over q < k of X_q |y_q|: the binades of a fma chain's
+/// partial sums (a dot product's with y = c~, a norm's with y = X), each grown by `grow` above
+/// the float rounding of P_k.
+template <int D>
+KMSEG_HOST_DEVICE inline float chainBinades(const float (&X)[D], const float (&y)[D], float grow) {
+  float p = 0.f, w = 0.f;
+  for (int q = 0; q < D; ++q) {
+    p = fmaf(X[q], fabsf(y[q]), p);
+    w += binade(grow * p);
+  }
+  return w;
+}
+
 /// M for a centre c~ (as floats) against every point of a box with |x~_q| <= X_q, where n bounds
 /// ||x~||^2 + ||c~||^2 and U bounds ||x~ - c~||^2 from above.
 template <int D>
 KMSEG_HOST_DEVICE inline float shiftedMargin(const float (&X)[D], const float (&c)[D], float n,
                                              float U, const ShiftMargin& k) {
-  float p = 0.f, w = 0.f;
-  for (int q = 0; q < D; ++q) {
-    p = fmaf(X[q], fabsf(c[q]), p);
-    w += binade(k.grow * p);
-  }
+  const float w = chainBinades(X, c, k.grow);
   return fmaf(k.dot, w, fmaf(k.sum, binade(k.grow * n), fmaf(k.eta, U, fmaf(k.err, n, 0x1p-20f))));
 }
 
@@ -83,12 +92,7 @@ KMSEG_HOST_DEVICE inline float shiftedMargin(const float (&X)[D], const float (&
 /// The mixed fp16 / bf16 passes add it to shiftedMargin to bound d^ - B - ||x~ - c~||^2.
 template <int D>
 KMSEG_HOST_DEVICE inline float normMargin(const float (&X)[D], const ShiftMargin& k) {
-  float p = 0.f, w = 0.f;
-  for (int q = 0; q < D; ++q) {
-    p = fmaf(X[q], X[q], p);
-    w += binade(k.grow * p);
-  }
-  return k.sum * w;
+  return k.sum * chainBinades(X, X, k.grow);
 }
 
 /// The pairwise test's gap (warpCandidates): a lower bound, up to float rounding, of
