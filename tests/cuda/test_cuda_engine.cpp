@@ -964,11 +964,20 @@ TEST(CudaLaunchShape, BlocksDoNotKeepToTheSameColumns) {
 // The fast pass's pruning margin of uniform fp16 / bf16 (prune_margin.h, host and device)
 // against the CPU engine's emulated arithmetic: for boxes of points and centres, min-max-like
 // features in [0, 1] and z-score-like ones in [-3, 3], near and far, every pair's expanded value
-// less the roundings of the two norms is within the margin of the exact squared distance. The
-// box's quantities are computed in float as centreBounds computes them. Without a device.
+// less the roundings of the two norms is within the margin of the exact squared distance, and
+// (the mixed fp16 / bf16 passes' margin, shiftedMargin plus normMargin) the expanded value less
+// the centre's norm rounding alone is within that wider margin. The box's quantities are
+// computed in float as centreBounds computes them. Without a device.
+struct MarginStats {
+  double worst = 0.0;          ///< the largest error / margin (uniform)
+  double meanGain = 0.0;       ///< mean margin over the margin with gamma_D for the dot product
+  double meanStepGain = 0.0;   ///< mean margin over 8b49d05's (steps weighed by their values)
+  double worstMixed = 0.0;     ///< the largest error / margin (mixed)
+  double meanMixedGain = 0.0;  ///< mean mixed margin over E's bound
+};
+
 template <class E>
-void checkShiftedMargin(double u, std::uint64_t seed, double& worst, double& meanGain,
-                        double& meanStepGain, double& worstMixed, double& meanMixedGain) {
+void checkShiftedMargin(double u, std::uint64_t seed, MarginStats& r) {
   using M = Math<E>;
   constexpr int D = 5;
   const cuda::ShiftMargin k = cuda::shiftMarginCoefficients(D, u);
@@ -1046,15 +1055,15 @@ void checkShiftedMargin(double u, std::uint64_t seed, double& worst, double& mea
       for (int q = 0; q < D; ++q) exact += ((long double)x[q] - c[q]) * ((long double)x[q] - c[q]);
       const double err = double(std::fabs(M::toDouble(e.distance) - A - B - exact));
       ASSERT_LE(err, margin) << "box " << trial << " point " << p;
-      worst = std::max(worst, err / margin);
+      r.worst = std::max(r.worst, err / margin);
       const double mixed = double(std::fabs(M::toDouble(e.distance) - B - exact));
       ASSERT_LE(mixed, mixedMargin) << "box " << trial << " point " << p;
-      worstMixed = std::max(worstMixed, mixed / mixedMargin);
+      r.worstMixed = std::max(r.worstMixed, mixed / mixedMargin);
     }
   }
-  meanGain = gain / boxes;
-  meanStepGain = stepGain / boxes;
-  meanMixedGain = mixedGain / boxes;
+  r.meanGain = gain / boxes;
+  r.meanStepGain = stepGain / boxes;
+  r.meanMixedGain = mixedGain / boxes;
 }
 
 TEST(CudaPruneMargin, BoundsTheShiftedFp16AndBf16ValuesOfTheCpuEngine) {
@@ -1063,21 +1072,21 @@ TEST(CudaPruneMargin, BoundsTheShiftedFp16AndBf16ValuesOfTheCpuEngine) {
   // on average (0.62 of it before binades), and tighter than the one that weighs the steps by
   // their values (8b49d05) by a tenth or more; the mixed passes' is under half of E's bound.
   for (const bool half : {true, false}) {
-    double worst = 0.0, gain = 0.0, stepGain = 0.0, worstMixed = 0.0, mixedGain = 0.0;
+    MarginStats m;
     if (half)
-      checkShiftedMargin<EmuHalf>(0x1p-11, 7, worst, gain, stepGain, worstMixed, mixedGain);
+      checkShiftedMargin<EmuHalf>(0x1p-11, 7, m);
     else
-      checkShiftedMargin<EmuBf16>(0x1p-8, 11, worst, gain, stepGain, worstMixed, mixedGain);
+      checkShiftedMargin<EmuBf16>(0x1p-8, 11, m);
     const char* name = half ? "fp16" : "bf16";
     std::printf(
         "%s: worst %.3f of the margin; mean %.3f of gamma_D's, %.3f of 8b49d05's; mixed: worst "
         "%.3f, mean %.3f of E's\n",
-        name, worst, gain, stepGain, worstMixed, mixedGain);
-    EXPECT_GT(worst, 0.25) << name;
-    EXPECT_LT(gain, 0.75) << name;
-    EXPECT_LT(stepGain, 0.9) << name;
-    EXPECT_GT(worstMixed, 0.25) << name;
-    EXPECT_LT(mixedGain, 0.5) << name;
+        name, m.worst, m.meanGain, m.meanStepGain, m.worstMixed, m.meanMixedGain);
+    EXPECT_GT(m.worst, 0.25) << name;
+    EXPECT_LT(m.meanGain, 0.75) << name;
+    EXPECT_LT(m.meanStepGain, 0.9) << name;
+    EXPECT_GT(m.worstMixed, 0.25) << name;
+    EXPECT_LT(m.meanMixedGain, 0.5) << name;
   }
 }
 
