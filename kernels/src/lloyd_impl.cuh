@@ -113,10 +113,8 @@ inline constexpr long long kFastSlotRun = 512;
 // Labels of a tile that the fast pass sums with warp shuffles before the slots take the rest.
 inline constexpr int kMaskedLabels = 3;
 
-// A tile label state half for "no single label" (labels are below kMaxK = 1024), and the flag of
-// the low half that says the tile's last round had one winner and still read its rows.
+// A tile label state half for "no single label" (labels are below kMaxK = 1024).
 inline constexpr unsigned kNoTileLabel = 0x7fffu;
-inline constexpr unsigned kTileReadRows = 0x8000u;
 
 /// One iteration's record, as the device writes it.
 struct TraceEntry {
@@ -229,8 +227,7 @@ struct Args {
   // Tiles with one winner (see assignFastKernel), when the fast pass prunes, in every mode, else
   // null: per tile the sum of its points (D values in W, as warpSum8 adds them) and its label
   // state (bits 0-14: the label all its points took in the last assignment, 16-30: in the one
-  // before; kNoTileLabel when they did not all take one, or the tile is not whole; bit 15:
-  // kTileReadRows, the rows were read although the tile had one winner).
+  // before; kNoTileLabel when they did not all take one, or the tile is not whole).
   WT* tileSums;
   unsigned* tileState;
   // Re-seeding's candidate lists (reseedListKernel): list b holds up to reseedList points, the
@@ -276,11 +273,6 @@ __device__ inline void addBlockCounts(unsigned changed, unsigned fallbacks, unsi
     if (totals[1]) atomicAdd(&state->fallbacks, (unsigned long long)totals[1]);
     if (totals[2]) atomicAdd(&state->cycleDiff, (unsigned long long)totals[2]);
   }
-}
-
-// Asks L2 to fetch the 128-byte line that holds p.
-__device__ inline void prefetchL2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // Sums of up to 8 values over the 32 lanes of a warp (v[q] of every lane, for q < DT), with 9
@@ -1920,43 +1912,11 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       reinterpret_cast<BoundCentre<DT>*>(p8 + k * (sizeof(LC) + (kFallback ? sizeof(HC) : 0)));
 
   // The warp's tiles: tile = kWarps (b + r B) + warp in round r for block b of B, in band
-  // tile / tileCols (rows kTileRows band ...) and column tile mod tileCols.
+  // tile / tileCols (rows kTileRows band ...) and column tile mod tileCols. Nothing is fetched
+  // into L2 ahead of its round: asking L2 for the next round's box, label state, rows and labels
+  // (unless the state predicted a settled tile) made every mode slower (H200, 12 MP, K = 32,
+  // two runs each: fp32 0.1045 against 0.1160 ms per iteration, fp16>fp32 0.1965 against 0.2132).
   const int tStride = a.blocks * kWarps;
-  // A tile's rows and labels are fetched into L2 while the warp's round before it computes (the
-  // first tile's while the block sets up), so that a round's loads wait for L2, not device
-  // memory; not when the tile's label state predicts that it settles (see the round). Each lane
-  // fetches the lines of its own group.
-  auto prefetchMeta = [&](int t) {
-    if (assign && a.prune && lane == 0) {
-      const char* box = reinterpret_cast<const char*>(a.boxes + t);
-      prefetchL2(box);
-      prefetchL2(box + sizeof(Box<DT>) - 1);
-      if (a.tileState) {
-        prefetchL2(a.tileState + t);
-        if (t + tStride < a.tiles) prefetchL2(a.tileState + t + tStride);
-        prefetchL2(a.tileSums + std::size_t(t) * DT);
-        prefetchL2(a.tileSums + std::size_t(t) * DT + DT - 1);
-      }
-    }
-  };
-  auto prefetchRows = [&](int t) {
-    const int b = tileBand(a, t), c = t - b * a.tileCols;
-    unsigned group;
-    if (!tileGroup(a, b, c, lane, group)) return;
-    const long long first = (long long)group * P;
-    const char* r = reinterpret_cast<const char*>(a.xw + first * DT);
-    prefetchL2(r);
-    prefetchL2(r + P * DT * sizeof(WT) - 1);
-    if (assign && iteration >= 2) {
-      prefetchL2(a.labels + first);
-      if (iteration >= 3) prefetchL2(a.twoAgo + first);
-    }
-  };
-  if (int(blockIdx.x) * kWarps + warp < a.tiles) {
-    const int t = int(blockIdx.x) * kWarps + warp;
-    prefetchMeta(t);
-    prefetchRows(t);
-  }
   for (std::size_t e = threadIdx.x; e < accElems; e += blockDim.x) acc[e] = WT(0);
   for (int j = threadIdx.x; j < k; j += blockDim.x) count[j] = 0;
   __shared__ unsigned totals[3];
@@ -2004,24 +1964,6 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   const int myPhase = lane >> slotShift;
   unsigned changed = 0, fallbacks = 0, cycleDiff = 0;
   for (int tile = int(blockIdx.x) * kWarps + warp; tile < a.tiles; tile += tStride) {
-    // The next round's tile, for the prefetch. When tiles may settle, its rows and labels wait
-    // for its label state (read now, used after this tile's candidates): a tile whose last two
-    // assignments gave all its points one label will likely settle, and then needs no rows,
-    // unless its last round had to read them (kTileReadRows).
-    const int next = tile + tStride;
-    unsigned nextState = kNoTileLabel;
-    const bool rowsByState = assign && a.tileState && next < a.tiles;
-    if (next < a.tiles) {
-      prefetchMeta(next);
-      if (rowsByState)
-        nextState = a.tileState[next];
-      else
-        prefetchRows(next);
-    }
-    auto prefetchNextRows = [&]() {
-      const unsigned l = nextState & 0xffffu;
-      if (rowsByState && !(l != kNoTileLabel && l == nextState >> 16)) prefetchRows(next);
-    };
     // The candidates first: they need only the tile's box, and a tile with one winner needs
     // little more.
     //
@@ -2041,8 +1983,8 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         *t = *t + a.tileSums[std::size_t(tile) * DT + (lane >> 2)];
       }
     };
-    auto oneWinner = [&](int only, bool readRows, unsigned state) {
-      if ((state & ~kTileReadRows) != unsigned(only) * 0x10001u) {
+    auto oneWinner = [&](int only, unsigned state) {
+      if (state != unsigned(only) * 0x10001u) {
         const long long first = tileFirst(a, tile, lane);
         const LabelWord<LabelT> newWord = uniformLabelWord<LabelT>(only);
         if (iteration == 1) {
@@ -2058,8 +2000,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
         }
         *reinterpret_cast<LabelWord<LabelT>*>(a.labels + first) = newWord;
       }
-      const unsigned next =
-          unsigned(only) | (readRows ? kTileReadRows : 0u) | (state & kNoTileLabel) << 16;
+      const unsigned next = unsigned(only) | (state & kNoTileLabel) << 16;
       if (lane == 0 && next != state) a.tileState[tile] = next;
       addTileSum(only);
       if (lane == 0) atomicAdd(&count[only], 32u * P);
@@ -2075,7 +2016,6 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       bool wholeTile;
       const Box<DT> box = loadBox(a.boxes + tile, wholeTile);
       const TileCandidates tc = warpCandidates(a, scl, sbc, box, cand, win, falls, lane);
-      prefetchNextRows();
       if (tc.only >= 0 && wholeTile) {
         const bool readRows = kFallback && (tc.candidates > 1 || tc.onlyClass == kClassUnknown);
         if constexpr (kFallback)
@@ -2085,7 +2025,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
             // To the one call of oneWinner below, past the rows and the scan.
             onlyNoRows = true;
           } else {
-            oneWinner(tc.only, false, state);
+            oneWinner(tc.only, state);
             continue;
           }
         }
@@ -2115,7 +2055,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     if constexpr (kFallback && !kOneScan) {
       if (only >= 0) {
         scalarCount<P>(a, scl, cand, w, fallbacks);
-        oneWinner(only, true, onlyState);
+        oneWinner(only, onlyState);
         continue;
       }
     }
@@ -2159,11 +2099,11 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
       }
       if constexpr (kOneScan) {
         if (only >= 0) {
-          oneWinner(only, !onlyNoRows, onlyState);
+          oneWinner(only, onlyState);
           continue;
         }
       }
-      // All loads before any store (from L2: prefetched with the rows).
+      // All loads before any store.
       if constexpr (!kEarlyLabels) loadOld();
       LabelWord<LabelT> newWord = 0;
 #pragma unroll
