@@ -1659,7 +1659,12 @@ __device__ inline unsigned differingLabels(LabelWord<LabelT> x, LabelWord<LabelT
 }
 
 /// Rows w[p][q] = src[p DT + q] for P consecutive rows at a 16-byte aligned address, with
-/// 16-byte loads.
+/// 16-byte loads. The loads stream (evict first): a pass reads each row once, and the rows of a
+/// photo are far larger than L2, which then keeps what the next pass reads again (labels, tile
+/// boxes and states). H200, 12 MP, K = 32, two runs each: fp32 0.1035 / 0.1040 -> 0.0983 /
+/// 0.0987 ms per iteration, fp64 0.1618 / 0.1625 -> 0.1488 / 0.1490, fp16 0.1113 / 0.1113 ->
+/// 0.1000 / 0.0995, bf16 0.1482 / 0.1478 -> 0.1315 / 0.1314, fp16>fp32 0.1954 / 0.1959 ->
+/// 0.1907 / 0.1914.
 template <int P, int DT, class WT>
 __device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
   constexpr int kPer = 16 / int(sizeof(WT));
@@ -1667,7 +1672,7 @@ __device__ inline void loadRows(const WT* src, WT (&w)[P][DT]) {
   const uint4* v = reinterpret_cast<const uint4*>(src);
 #pragma unroll
   for (int i = 0; i < P * DT / kPer; ++i) {
-    const uint4 u = v[i];
+    const uint4 u = __ldcs(v + i);
     const unsigned c[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
