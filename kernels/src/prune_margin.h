@@ -4,9 +4,9 @@
 // The fast pass's pruning margin for uniform fp16 / bf16 (plain C++ for the host and the device,
 // so that a host test can check it against the CPU engine's emulated arithmetic).
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "kmseg/config.h"
 
@@ -28,12 +28,7 @@ KMSEG_HOST_DEVICE inline float binade(float v) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(__float_as_uint(v) & 0x7f800000u);
 #else
-  std::uint32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  b &= 0x7f800000u;
-  float r;
-  std::memcpy(&r, &b, sizeof r);
-  return r;
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) & 0x7f800000u);
 #endif
 }
 
