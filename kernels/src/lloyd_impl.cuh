@@ -71,7 +71,7 @@ inline constexpr std::size_t kUpdateShared = kUpdateStage * 3 * sizeof(double);
 inline constexpr std::size_t kSharedLimit = 47 * 1024;
 // The fast assignment pass (assignFastKernel): its compile-time D, the points each thread
 // handles per round, the shared memory a block may take so that four blocks share an SM (the
-// registers that kFastMinBlocks allows decide how many do), and the
+// registers that kFastMinBlocks allows decide how many do; the uniform passes take less), and the
 // most points one accumulator slot adds in a running sum before the block's fixed-order fold.
 inline constexpr int kFastD = 5;
 inline constexpr int kFastPoints = 4;
@@ -103,13 +103,32 @@ __device__ inline unsigned fastDivide(unsigned n, unsigned magic, int shift1, in
   return (t + ((n - t) >> shift1)) >> shift2;
 }
 inline constexpr std::size_t kFastSharedTarget = 54 * 1024;
+// The uniform passes aim lower: shared memory and the L1 cache share an SM's 256 KB, and these
+// passes ran faster with half the slots and the L1 cache room that leaves (four blocks of 4
+// slots take about 100 KB at K = 32, 8 slots about 180 KB). H200, 12 MP, K = 32, two runs each,
+// ms per iteration: fp16 0.0999 / 0.1005 -> 0.0970 / 0.0972, bf16 0.1322 / 0.1329 -> 0.1266 /
+// 0.1266, fp32 0.0986 / 0.0988 -> 0.0965 / 0.0968. The mixed passes keep 54 KB: fp16>fp32 was
+// 0.1919 / 0.1909 -> 0.1948 / 0.1943 and fp32>fp64 0.1462 / 0.1461 -> 0.1493 / 0.1497 with it.
+// With the rows' loads not allocating in L1 (ld.global.nc.L1::no_allocate) the uniform passes
+// were far slower at 54 KB (fp16 0.124, bf16 0.179) and less so at 34 (0.106, 0.154). Our
+// reading (not profiled): a lane's five 16-byte loads share 32-byte sectors, L1 serves a
+// sector's second request, and a small L1 holds too few of the lines a pass has in flight.
+inline constexpr std::size_t kFastSharedTargetUniform = 34 * 1024;
 // With W = fp64 the slots are twice as large: four blocks would leave too few slots, and the
 // measured pass (H200, 12 MP, K = 32) was 22 % slower with four blocks of 4 slots than with two
 // blocks of 8.
 inline constexpr std::size_t kFastSharedTargetFp64 = 110 * 1024;
-// In W = fp32, the most points an accumulator slot of the fast pass should take in one pass (it
-// adds them as lane sums, warp sums or single points, a running sum of at most this many terms).
-inline constexpr long long kFastSlotRun = 512;
+// The uniform fp64 pass (two blocks) with 4 slots instead of 8, for the L1 cache as above: H200,
+// K = 32, ms per iteration: 12 MP 0.1491 / 0.1493 -> 0.1467 / 0.1470, 4 MP 0.0919 -> 0.0927,
+// 0.26 MP 0.0339 -> 0.0306.
+inline constexpr std::size_t kFastSharedTargetUniformFp64 = 60 * 1024;
+// In W = fp32, the most points an accumulator slot of the fast pass may take in one pass, which
+// bounds the terms of its running sum (lane sums, warp sums or single points). 512 until the
+// uniform passes halved their slots (kFastSharedTargetUniform): at 12 MP that would have taken
+// two waves of blocks, slower than the one wave the 4 slots then hold (fp32 0.1001, fp16 0.1016
+// ms per iteration against 0.0965 and 0.0970). In a photo most tiles add one warp sum to slot 0,
+// far fewer terms than points.
+inline constexpr long long kFastSlotRun = 1024;
 // Labels of a tile that the fast pass sums with warp shuffles before the slots take the rest.
 inline constexpr int kMaskedLabels = 3;
 
@@ -3325,7 +3344,12 @@ class Run final : public LloydRun {
     auto bytes = [&](int slots) {
       return fastSharedBytes<LowT, H, WT, kFastD>(k_, slots, kFallback);
     };
-    std::size_t target = sizeof(WT) == 8 ? kFastSharedTargetFp64 : kFastSharedTarget;
+    std::size_t target = kFastSharedTarget;
+    if constexpr (sizeof(WT) == 8)
+      target = !kFallback && std::is_same_v<LowT, double> ? kFastSharedTargetUniformFp64
+                                                          : kFastSharedTargetFp64;
+    else if constexpr (!kFallback)
+      target = kFastSharedTargetUniform;
     if (const char* kb = std::getenv("KMSEG_CUDA_FAST_SHARED_KB"); kb && std::atoi(kb) > 0)
       target = std::size_t(std::atoi(kb)) * 1024;
     int shift = -1;
