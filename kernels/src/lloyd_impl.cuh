@@ -3414,9 +3414,9 @@ class Run final : public LloydRun {
   // Graph: reset -> WHILE { WHILE { assign, reduce, check }, IF { reseed, sums, reduce, update } }
   // or, with the SSE trace, reset -> WHILE { assign, reduce, check, IF { reseed, sums, reduce,
   // update }, sse, publish }. The inner loop runs until the stop test or an empty cluster, so an
-  // iteration that re-seeds nothing does not pass an IF node: H200, K = 32, fp32, ms per
-  // iteration: 0.01 MP 0.0250 -> 0.0225, 0.26 MP 0.0268 -> 0.0242 (measured with the IF node
-  // left out).
+  // iteration that re-seeds nothing does not pass an IF node. H200, K = 32, two runs each, ms
+  // per iteration: fp32 0.0241 / 0.0240 -> 0.0230 / 0.0229 at 0.01 MP, 0.0256 / 0.0256 ->
+  // 0.0245 / 0.0248 at 0.26 MP, 0.0957 / 0.0949 -> 0.0943 / 0.0941 at 12 MP.
   void buildGraph() {
     cudaGraph_t g = graph_.get();
     cudaStream_t s = stream_.get();
