@@ -105,9 +105,10 @@ __device__ inline unsigned fastDivide(unsigned n, unsigned magic, int shift1, in
   return (t + ((n - t) >> shift1)) >> shift2;
 }
 inline constexpr std::size_t kFastSharedTarget = 54 * 1024;
-// The uniform passes aim lower: shared memory and the L1 cache share an SM's 256 KB, and these
-// passes ran faster with half the slots and the L1 cache room that leaves (four blocks of 4
-// slots take about 100 KB at K = 32, 8 slots about 180 KB). H200, 12 MP, K = 32, two runs each,
+// The uniform passes aim lower where that still holds one slot per warp (K up to 162-175):
+// shared memory and the L1 cache share an SM's 256 KB, and these passes ran faster with half the
+// slots and the L1 cache room that leaves (four blocks of 4 slots take about 100 KB at K = 32,
+// 8 slots about 180 KB; measured at K = 32 only). H200, 12 MP, K = 32, two runs each,
 // ms per iteration: fp16 0.0999 / 0.1005 -> 0.0970 / 0.0972, bf16 0.1322 / 0.1329 -> 0.1266 /
 // 0.1266, fp32 0.0986 / 0.0988 -> 0.0965 / 0.0968. The mixed passes keep 54 KB: fp16>fp32 was
 // 0.1919 / 0.1909 -> 0.1948 / 0.1943 and fp32>fp64 0.1462 / 0.1461 -> 0.1493 / 0.1497 with it.
@@ -3361,12 +3362,16 @@ class Run final : public LloydRun {
     auto bytes = [&](int slots) {
       return fastSharedBytes<LowT, H, WT, kFastD>(k_, slots, kFallback);
     };
-    std::size_t target = kFastSharedTarget;
-    if constexpr (sizeof(WT) == 8)
-      target = !kFallback && std::is_same_v<LowT, double> ? kFastSharedTargetUniformFp64
-                                                          : kFastSharedTargetFp64;
-    else if constexpr (!kFallback)
-      target = kFastSharedTargetUniform;
+    std::size_t target = sizeof(WT) == 8 ? kFastSharedTargetFp64 : kFastSharedTarget;
+    // The uniform passes' smaller target, where it holds one slot per warp: above K = 162-175
+    // (fp16 / bf16, fp64, fp32) it would not, and the slots would go to the opt-in limit, one
+    // block per SM.
+    std::size_t uniform = 0;
+    if constexpr (sizeof(WT) == 8 && !kFallback && std::is_same_v<LowT, double>)
+      uniform = kFastSharedTargetUniformFp64;
+    else if constexpr (sizeof(WT) == 4 && !kFallback)
+      uniform = kFastSharedTargetUniform;
+    if (uniform > 0 && bytes(1) <= uniform) target = uniform;
     if (const char* kb = std::getenv("KMSEG_CUDA_FAST_SHARED_KB"); kb && std::atoi(kb) > 0)
       target = std::size_t(std::atoi(kb)) * 1024;
     int shift = -1;
