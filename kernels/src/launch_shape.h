@@ -4,6 +4,7 @@
 // Host-side arithmetic of the assignment passes' launch shapes (plain C++, no CUDA).
 
 #include <algorithm>
+#include <cstddef>
 #include <numeric>
 
 namespace kmseg::cuda {
@@ -33,6 +34,21 @@ inline long long spreadBlocks(long long blocks, long long tiles, long long cols,
     if (positions(b) >= std::min(rounds, std::max(1ll, cols / warps))) return b;
   }
   return moving;
+}
+
+/// The fast pass's accumulator slots per warp, as log2 (at most 32 slots): the most whose shared
+/// memory bytes(slots) fits `target`. `preferred` (0: none), a smaller target, replaces it where
+/// one slot fits it: the uniform passes leave L1 room so (kFastSharedTargetUniform). Where none
+/// fits the target, the most that fit `optin` (one block per SM); -1 when not even one does.
+template <class Bytes>
+int fastSlotShift(const Bytes& bytes, std::size_t target, std::size_t preferred,
+                  std::size_t optin) {
+  if (preferred > 0 && bytes(1) <= preferred) target = preferred;
+  for (int s = 5; s >= 0; --s)
+    if (bytes(1 << s) <= target) return s;
+  for (int s = 5; s >= 0; --s)
+    if (bytes(1 << s) <= optin) return s;
+  return -1;
 }
 
 /// The tiled generic pass's grid (D >= 16): blocks that each take `chunk` consecutive points.

@@ -3363,22 +3363,16 @@ class Run final : public LloydRun {
       return fastSharedBytes<LowT, H, WT, kFastD>(k_, slots, kFallback);
     };
     std::size_t target = sizeof(WT) == 8 ? kFastSharedTargetFp64 : kFastSharedTarget;
-    // The uniform passes' smaller target, where it holds one slot per warp: above K = 162-175
-    // (fp16 / bf16, fp64, fp32) it would not, and the slots would go to the opt-in limit, one
-    // block per SM.
+    // The uniform passes' smaller target, where it holds one slot per warp (fastSlotShift): above
+    // K = 162-175 (fp16 / bf16, fp64, fp32) it would not.
     std::size_t uniform = 0;
     if constexpr (sizeof(WT) == 8 && !kFallback && std::is_same_v<LowT, double>)
       uniform = kFastSharedTargetUniformFp64;
     else if constexpr (sizeof(WT) == 4 && !kFallback)
       uniform = kFastSharedTargetUniform;
-    if (uniform > 0 && bytes(1) <= uniform) target = uniform;
     if (const char* kb = std::getenv("KMSEG_CUDA_FAST_SHARED_KB"); kb && std::atoi(kb) > 0)
-      target = std::size_t(std::atoi(kb)) * 1024;
-    int shift = -1;
-    for (int s = 5; s >= 0 && shift < 0; --s)
-      if (bytes(1 << s) <= target) shift = s;
-    for (int s = 5; s >= 0 && shift < 0; --s)
-      if (bytes(1 << s) <= std::size_t(optin)) shift = s;
+      target = std::size_t(std::atoi(kb)) * 1024, uniform = 0;
+    const int shift = fastSlotShift(bytes, target, uniform, std::size_t(optin));
     if (shift < 0) return;
     fast_ = true;
     fastSlotShift_ = shift;

@@ -927,6 +927,28 @@ TEST(CudaLaunchShape, TiledPassTakesOneWaveOfEvenShares) {
 // The fast pass's block count moves off counts whose blocks keep their image columns round after
 // round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
 // resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
+TEST(CudaLaunchShape, FastPassSlotsFitTheirTarget) {
+  using cuda::fastSlotShift;
+  // A pass's shared memory as fastSharedBytes counts it for uniform fp32 at D = 5: K D slot
+  // accumulators per warp (8 warps) and 32 bytes of centre records per centre.
+  auto fp32 = [](int k) {
+    return [k](int slots) { return std::size_t(8) * k * 5 * slots * 4 + std::size_t(k) * 48; };
+  };
+  constexpr std::size_t kKiB = 1024, kOptin = 227 * kKiB;
+  // K = 32: 8 slots in 54 KB, 4 in the uniform passes' 34 KB.
+  EXPECT_EQ(fastSlotShift(fp32(32), 54 * kKiB, 0, kOptin), 3);
+  EXPECT_EQ(fastSlotShift(fp32(32), 54 * kKiB, 34 * kKiB, kOptin), 2);
+  // K = 256: one slot takes 52 KB. It fits 54 KB but not 34 KB, so the pass keeps the 54 KB
+  // target (one slot, four blocks per SM) rather than the opt-in limit's 4 slots (one block).
+  EXPECT_EQ(fastSlotShift(fp32(256), 54 * kKiB, 34 * kKiB, kOptin), 0);
+  EXPECT_EQ(fastSlotShift(fp32(256), 54 * kKiB, 0, kOptin), 0);
+  // K = 400: not even one slot fits 54 KB: the most that fit the opt-in limit (2, 134 KB).
+  EXPECT_EQ(fastSlotShift(fp32(400), 54 * kKiB, 34 * kKiB, kOptin), 1);
+  // At most 32 slots, and -1 when one slot exceeds the opt-in limit too.
+  EXPECT_EQ(fastSlotShift(fp32(1), 54 * kKiB, 34 * kKiB, kOptin), 5);
+  EXPECT_EQ(fastSlotShift(fp32(2000), 54 * kKiB, 34 * kKiB, kOptin), -1);
+}
+
 TEST(CudaLaunchShape, BlocksDoNotKeepToTheSameColumns) {
   using cuda::spreadBlocks;
   // 14 MP, 4209 x 3326: 264 tile columns, 416 bands. kWarps B is a multiple of 264 for every
