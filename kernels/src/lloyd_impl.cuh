@@ -266,10 +266,8 @@ struct Args {
   double tolerance;
   cudaGraphConditionalHandle whileHandle;
   cudaGraphConditionalHandle ifHandle;
-  // The inner loop of the graph without the SSE trace (Run::buildGraph); nested = 1 when it
-  // exists.
+  // The inner loop of the graph, which exists without the SSE trace (Run::buildGraph).
   cudaGraphConditionalHandle innerHandle;
-  int nested;
 };
 
 // ---- small device helpers ---------------------------------------------------------------------
@@ -2394,7 +2392,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
     if (!a.hostLoop) {
       cudaGraphSetConditional(a.ifHandle, empty ? 1u : 0u);
       // An empty cluster leaves the inner loop for the re-seeding branch.
-      if (a.nested && empty) cudaGraphSetConditional(a.innerHandle, 0u);
+      if (!a.traceSse && empty) cudaGraphSetConditional(a.innerHandle, 0u);
     }
   }
   if (!empty) update(a, buf);
@@ -2613,7 +2611,7 @@ __device__ void publish(const A& a, int it, int cancel, const TraceEntry& e) {
     const unsigned go = (a.state->stop || cancel) ? 0u : 1u;
     cudaGraphSetConditional(a.whileHandle, go);
     // Also after the re-seeding branch, for the inner loop's next entry.
-    if (a.nested) cudaGraphSetConditional(a.innerHandle, go);
+    if (!a.traceSse) cudaGraphSetConditional(a.innerHandle, go);
   }
 }
 
@@ -3444,10 +3442,9 @@ class Run final : public LloydRun {
 
     KMSEG_CUDA_CHECK(cudaGraphConditionalHandleCreate(&args_.ifHandle, body, 0, 0));
     // The inner loop (its handle set before any kernel of the loop is captured with args_).
-    args_.nested = in_.params.traceSse ? 0 : 1;
     cudaGraph_t part1 = body;
     cudaGraphNode_t innerNode = nullptr;
-    if (args_.nested) {
+    if (!args_.traceSse) {
       KMSEG_CUDA_CHECK(cudaGraphConditionalHandleCreate(&args_.innerHandle, body, 1,
                                                         cudaGraphCondAssignDefault));
       cudaGraphNodeParams np{};

@@ -924,13 +924,14 @@ TEST(CudaLaunchShape, TiledPassTakesOneWaveOfEvenShares) {
       }
 }
 
-// The fast pass's block count moves off counts whose blocks keep their image columns round after
-// round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
-// resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
+// The fast pass's accumulator slots per warp (fastSlotShift, host arithmetic only: runs without
+// a device): the uniform passes' smaller shared-memory target where it holds one slot, else the
+// former target, else the opt-in limit.
 TEST(CudaLaunchShape, FastPassSlotsFitTheirTarget) {
   using cuda::fastSlotShift;
-  // A pass's shared memory as fastSharedBytes counts it for uniform fp32 at D = 5: K D slot
-  // accumulators per warp (8 warps) and 32 bytes of centre records per centre.
+  // A pass's shared memory about as fastSharedBytes counts it for uniform fp32 at D = 5: K D slot
+  // accumulators per warp (8 warps) and 48 bytes per centre (its record, count and candidate
+  // bits, rounded up).
   auto fp32 = [](int k) {
     return [k](int slots) { return std::size_t(8) * k * 5 * slots * 4 + std::size_t(k) * 48; };
   };
@@ -949,6 +950,9 @@ TEST(CudaLaunchShape, FastPassSlotsFitTheirTarget) {
   EXPECT_EQ(fastSlotShift(fp32(2000), 54 * kKiB, 34 * kKiB, kOptin), -1);
 }
 
+// The fast pass's block count moves off counts whose blocks keep their image columns round after
+// round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
+// resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
 TEST(CudaLaunchShape, BlocksDoNotKeepToTheSameColumns) {
   using cuda::spreadBlocks;
   // 14 MP, 4209 x 3326: 264 tile columns, 416 bands. kWarps B is a multiple of 264 for every
