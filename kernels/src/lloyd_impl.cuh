@@ -3368,8 +3368,11 @@ class Run final : public LloydRun {
       uniform = kFastSharedTargetUniformFp64;
     else if constexpr (sizeof(WT) == 4 && !kFallback)
       uniform = kFastSharedTargetUniform;
-    if (const char* kb = std::getenv("KMSEG_CUDA_FAST_SHARED_KB"); kb && std::atoi(kb) > 0)
-      target = std::size_t(std::atoi(kb)) * 1024, uniform = 0;
+    // The tuning knob sets the one target, in place of both.
+    if (const char* kb = std::getenv("KMSEG_CUDA_FAST_SHARED_KB"); kb && std::atoi(kb) > 0) {
+      target = std::size_t(std::atoi(kb)) * 1024;
+      uniform = 0;
+    }
     const int shift = fastSlotShift(bytes, target, uniform, std::size_t(optin));
     if (shift < 0) return;
     fast_ = true;
