@@ -21,7 +21,7 @@
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
 #include "kmseg/lloyd_rules.h"
-#include "parallel.h"
+#include "kmseg/parallel.h"
 #include "precision_types.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))

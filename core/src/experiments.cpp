@@ -12,7 +12,7 @@
 #include "kmseg/distance.h"
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
-#include "parallel.h"
+#include "kmseg/parallel.h"
 #include "precision_types.h"
 
 namespace kmseg {

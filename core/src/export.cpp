@@ -5,6 +5,7 @@
 #include <png.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -312,6 +313,16 @@ bool writePngRaw(png_structp png, png_infop info, std::FILE* file, const PngSpec
   png_init_io(png, file);
   png_set_IHDR(png, info, spec->width, spec->height, spec->bitDepth, spec->colorType,
                PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  // Label maps, colour maps and masks are regions of few values: one filter (each row less the
+  // row above) instead of libpng's per-row trial of all five, and for the one-channel maps
+  // run-length matching instead of zlib's full search. On the 12-megapixel bee at K = 32 a label
+  // map took 40 ms instead of 180 ms and came out 12 % smaller; a colour map (zlib level 3) took
+  // 140 ms instead of 560 ms and came out 25 % larger (2026-12-02).
+  png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_UP);
+  if (spec->colorType == PNG_COLOR_TYPE_RGB)
+    png_set_compression_level(png, 3);
+  else
+    png_set_compression_strategy(png, Z_RLE);
   if (spec->palette) png_set_PLTE(png, info, spec->palette, spec->paletteSize);
   png_write_info(png, info);
   png_write_image(png, spec->rows);

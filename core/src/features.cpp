@@ -19,7 +19,7 @@ namespace kmseg {
 
 namespace {
 
-constexpr std::size_t kColumns = 5;
+constexpr std::size_t kColumns = kImageFeatureCount;
 // Below this many rows (pixels) starting threads costs more than it saves.
 constexpr std::size_t kParallelRows = 1 << 15;
 

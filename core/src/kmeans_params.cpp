@@ -79,13 +79,4 @@ void validate(const KMeansParams& p, std::size_t n) {
                           std::to_string(n) + ")");
 }
 
-void checkFinite(const Matrix& m, const char* what) {
-  for (std::size_t i = 0; i < m.rows; ++i)
-    for (std::size_t j = 0; j < m.cols; ++j)
-      if (!std::isfinite(m(i, j)))
-        throw DataError(std::string(what) + " holds a non-finite value (" +
-                        std::to_string(m(i, j)) + ") at row " + std::to_string(i) + ", column " +
-                        std::to_string(j) + "; NaN and infinity are not allowed");
-}
-
 }  // namespace kmseg

@@ -198,7 +198,8 @@ std::string reportJson(const Report& report) {
        {{"decode_seconds", number(report.decodeSeconds)},
         {"feature_seconds", number(report.featureSeconds)},
         {"run_seconds", number(runSeconds)},
-        {"total_seconds", number(report.decodeSeconds + report.featureSeconds + runSeconds)}}},
+        {"total_seconds", number(report.decodeSeconds + report.featureSeconds + runSeconds)},
+        {"wall_seconds", number(report.wallSeconds)}}},
       {"runs", runs},
       {"versions", versionsJson()}};
   // A segment report runs one mode and names it; a compare report runs several (listed above).

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -116,20 +117,22 @@ class DeviceBuffer {
   std::size_t size_ = 0;
 };
 
-/// Pinned host memory mapped into the device's address space (cudaHostAllocMapped).
+/// Pinned host memory, by default mapped into the device's address space (cudaHostAllocMapped);
+/// with flags cudaHostAllocDefault it is only page-locked (staging for asynchronous copies) and
+/// device() is null.
 template <class T>
 class MappedBuffer {
  public:
   MappedBuffer() = default;
-  MappedBuffer(std::size_t n, const char* what) : size_(n) {
-    const cudaError_t e =
-        cudaHostAlloc(reinterpret_cast<void**>(&host_), n * sizeof(T), cudaHostAllocMapped);
+  MappedBuffer(std::size_t n, const char* what, unsigned flags = cudaHostAllocMapped) : size_(n) {
+    const cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&host_), n * sizeof(T), flags);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       throw BackendError(std::string("CUDA: cannot allocate ") + std::to_string(n * sizeof(T)) +
-                         " bytes of mapped host memory for " + what + ": " + cudaGetErrorString(e));
+                         " bytes of pinned host memory for " + what + ": " + cudaGetErrorString(e));
     }
-    KMSEG_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0));
+    if (flags & cudaHostAllocMapped)
+      KMSEG_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0));
   }
   MappedBuffer(const MappedBuffer&) = delete;
   MappedBuffer& operator=(const MappedBuffer&) = delete;
@@ -159,6 +162,29 @@ class MappedBuffer {
   T* host_ = nullptr;
   T* device_ = nullptr;
   std::size_t size_ = 0;
+};
+
+/// Bytes of each of the two pinned buffers through which a run's rows go to the device and its
+/// labels come back: the host fills or drains one while the other is being copied.
+inline constexpr std::size_t kHostStageBytes = std::size_t(16) << 20;
+
+/// The two staging buffers, pinned on first use and kept by their owner (the engine, for all its
+/// runs: pinning 32 MB costs several milliseconds each time). Users hold lock() while they use
+/// them.
+class Staging {
+ public:
+  std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mutex_); }
+  /// Buffer i (0 or 1) of kHostStageBytes bytes, page-aligned; the caller holds lock().
+  void* buffer(int i) {
+    if (!buffers_[i].host())
+      buffers_[i] =
+          MappedBuffer<unsigned char>(kHostStageBytes, "the staging buffers", cudaHostAllocDefault);
+    return buffers_[i].host();
+  }
+
+ private:
+  std::mutex mutex_;
+  MappedBuffer<unsigned char> buffers_[2];
 };
 
 /// A non-blocking stream, destroyed with its owner.

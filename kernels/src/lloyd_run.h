@@ -13,12 +13,17 @@
 
 namespace kmseg::cuda {
 
-/// What one run needs. The references must outlive the run object.
+class Staging;
+
+/// What one run needs. The references (and the staging buffers) must outlive the run object.
 struct RunInputs {
   const Matrix& data;
   const Matrix& initialCentres;
   const KMeansParams& params;
   Precision working;
+  /// Pinned buffers for the copies to and from the host, kept by the engine across its runs;
+  /// null: the run allocates its own.
+  Staging* staging = nullptr;
 };
 
 /// Device time and sizes of one or more launches of a run's graph.

@@ -113,6 +113,10 @@ TEST(Cli, SegmentWritesWhatTheLibraryComputes) {
   const std::string json = readAll(out / "coffee.segment.json");
   EXPECT_NE(json.find("\"fp16>fp32\""), std::string::npos);
   EXPECT_EQ(lines(readAll(out / "coffee.segment.csv")), 3u);  // header, reference, mode
+  // The command's wall time covers its decoding, features and runs.
+  const auto t = nlohmann::json::parse(json)["timings"];
+  ASSERT_TRUE(t["wall_seconds"].is_number()) << t.dump();
+  EXPECT_GE(t["wall_seconds"].get<double>(), t["total_seconds"].get<double>()) << t.dump();
 }
 
 TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {

@@ -218,6 +218,9 @@ TEST(ReportTest, JsonWritesNullForNaNAndUnmeasured) {
   EXPECT_TRUE(run["trace"][0]["sse"].is_null());  // -1: not traced
   EXPECT_TRUE(doc["timings"]["feature_seconds"].is_null());
   EXPECT_TRUE(doc["timings"]["total_seconds"].is_null());
+  EXPECT_TRUE(doc["timings"]["wall_seconds"].is_null());  // not measured
+  f.report.wallSeconds = 2.5;
+  EXPECT_EQ(json::parse(kmseg::reportJson(f.report))["timings"]["wall_seconds"], 2.5);
   f.mixed.sse = std::numeric_limits<double>::infinity();
   EXPECT_TRUE(json::parse(kmseg::reportJson(f.report))["runs"][1]["sse"].is_null());
 }

@@ -856,6 +856,39 @@ TEST(CudaEngine, ReportsProgressAndCancelsWithinOneIteration) {
   EXPECT_THROW(gpu->run(data, init, p, c), Cancelled);
 }
 
+// Rows go to the device and labels come back through two pinned buffers of 16 MB (staging):
+// data of several buffers' size in both directions, uint8 and uint16 labels, whose every label
+// is known. Row i is (i mod K) * 10 + a small offset, the initial centres are rows 0 .. K - 1,
+// so row i's label is i mod K from the first assignment on.
+TEST(CudaEngine, CopiesDataAndLabelsThroughSeveralStagingBuffers) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
+  struct Case {
+    std::size_t n;
+    int k;
+  };
+  // 17 M uint8 labels (two buffers), 8.5 M uint16 labels (two buffers); the rows are 136 and
+  // 68 MB of doubles.
+  for (const Case c : {Case{17'000'000, 3}, Case{8'500'000, 257}}) {
+    Matrix data(c.n, 1);
+    for (std::size_t i = 0; i < c.n; ++i)
+      data.values[i] = double(i % std::size_t(c.k)) * 10.0 + double(i % 7) * 1e-3;
+    Matrix init(std::size_t(c.k), 1);
+    for (int j = 0; j < c.k; ++j) init.values[std::size_t(j)] = data.values[std::size_t(j)];
+    for (Mode mode : {Mode::Fp32, Mode::Fp64}) {
+      const KMeansResult r = gpu->run(data, init, paramsFor(mode, c.k, 2), {});
+      ASSERT_EQ(r.labels.size(), c.n);
+      std::size_t wrong = 0, first = c.n;
+      for (std::size_t i = 0; i < c.n; ++i)
+        if (r.labels[i] != int(i % std::size_t(c.k)) && wrong++ == 0) first = i;
+      EXPECT_EQ(wrong, 0u) << modeName(mode) << ", N = " << c.n << ", K = " << c.k
+                           << ": first wrong label at row " << first;
+      for (int j = 0; j < c.k; j += 64)
+        EXPECT_NEAR(r.centroids(std::size_t(j), 0), 10.0 * j + 3e-3, 1e-3) << "centre " << j;
+    }
+  }
+}
+
 TEST(CudaEngine, RejectsBadInputBeforeAnyKernel) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();

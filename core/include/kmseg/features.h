@@ -72,6 +72,8 @@ void checkSpatialWeight(double weight, std::string_view what);
 /// weighting, bit for bit. Throws InvalidArgument for an empty image, a pixel buffer that does
 /// not hold width * height * 3 samples, or a spatial weight that checkSpatialWeight refuses.
 Matrix makeFeatures(const Image& image, const FeatureOptions& options = {});
+/// The columns of makeFeatures's matrix: (c0, c1, c2, x, y).
+inline constexpr std::size_t kImageFeatureCount = 5;
 
 /// Normalises every column of a generic N x D matrix in place (see Normalization). Constant
 /// columns become 0, never NaN; an empty matrix is left as it is. Throws DataError when the

@@ -25,7 +25,17 @@ struct Matrix {
   bool empty() const { return rows == 0 || cols == 0; }
 };
 
-/// Throws DataError naming `what`, the row and the column when `m` holds a NaN or an infinity.
+/// Throws DataError naming `what`, the row and the column when `m` holds a NaN or an infinity
+/// (the first one in row-major order). Scans with the machine's threads.
 void checkFinite(const Matrix& m, const char* what);
+
+/// The largest |values[i]| over [0, n) (0 for n = 0; NaN when one is NaN), with the machine's
+/// threads.
+double maxAbsValue(const double* values, std::size_t n);
+
+/// out[i] = values[i] (rounded to the nearest float for a float out), i in [0, n), with the
+/// machine's threads.
+void convertValues(const double* values, std::size_t n, float* out);
+void convertValues(const double* values, std::size_t n, double* out);
 
 }  // namespace kmseg

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct Report {
   std::string backendNote;  ///< why Auto chose this backend, empty when it was asked for
   double decodeSeconds = 0.0;
   double featureSeconds = 0.0;
+  /// Wall time of the whole command up to its report (decoding, features, every run and
+  /// comparison, the maps); NaN when not measured.
+  double wallSeconds = std::numeric_limits<double>::quiet_NaN();
   std::vector<ModeReport> runs;
 };
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
-// A minimal fork-join loop for the CPU engine. Threads are started per call and joined before
+// A minimal fork-join loop for the CPU engine and the host-side steps around the engines
+// (checks, conversions, label maps). Threads are started per call and joined before
 // it returns: no spinning workers between calls, so a loaded machine (or a GUI next to the run)
 // does not pay for idle threads. Starting two threads costs tens of microseconds, far below the
 // work of one Lloyd pass.
@@ -15,6 +16,11 @@
 #include <vector>
 
 namespace kmseg {
+
+/// The machine's hardware threads (at least 1): the thread count of the host-side steps.
+inline int hardwareThreads() {
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 /// Calls fn(task) for every task in [0, tasks) on up to `threads` threads (the caller's thread
 /// included). Tasks are handed out in increasing order; which thread runs a task is unspecified,
@@ -44,6 +50,17 @@ void parallelFor(std::int64_t tasks, int threads, Fn&& fn) {
   work();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
+}
+
+/// Calls fn(begin, end) for the ranges [c chunk, min(n, (c + 1) chunk)) that cover [0, n), on
+/// the machine's threads (one range: on the caller's thread). The first exception is rethrown.
+template <class Fn>
+void parallelRanges(std::size_t n, std::size_t chunk, Fn&& fn) {
+  const std::int64_t ranges = std::int64_t((n + chunk - 1) / chunk);
+  parallelFor(ranges, hardwareThreads(), [&](std::int64_t r) {
+    const std::size_t begin = std::size_t(r) * chunk;
+    fn(begin, std::min(n, begin + chunk));
+  });
 }
 
 }  // namespace kmseg

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+// The host-side passes over whole feature matrices (checks, extremes, conversions): on inputs of
+// many ranges, so that the work is spread over threads, against the plain serial loop.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kmseg/error.h"
+#include "kmseg/matrix.h"
+#include "kmseg/parallel.h"
+
+namespace kmseg {
+namespace {
+
+// About 2.4 million values: nine or ten of the helpers' ranges.
+Matrix bigMatrix(unsigned seed) {
+  Matrix m(480'001, 5);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 3.0);
+  for (double& v : m.values) v = normal(rng);
+  return m;
+}
+
+std::string messageOf(const Matrix& m) {
+  try {
+    checkFinite(m, "the test matrix");
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MatrixPasses, ParallelRangesCoverEveryIndexOnce) {
+  for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(999), std::size_t(1'000'001)}) {
+    std::vector<std::atomic<int>> hits(n);
+    parallelRanges(n, 4096, [&](std::size_t begin, std::size_t end) {
+      ASSERT_LE(begin, end);
+      ASSERT_LE(end, n);
+      for (std::size_t i = begin; i < end; ++i) ++hits[i];
+    });
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "index " << i << " of " << n;
+  }
+}
+
+TEST(MatrixPasses, CheckFiniteNamesTheFirstNonFiniteValue) {
+  Matrix m = bigMatrix(1);
+  EXPECT_NO_THROW(checkFinite(m, "the test matrix"));
+  EXPECT_NO_THROW(checkFinite(Matrix(), "an empty matrix"));
+  // Far into the matrix (in the seventh range), then an earlier one in another range.
+  m(400'123, 3) = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(messageOf(m),
+            "the test matrix holds a non-finite value (inf) at row 400123, column 3; NaN and "
+            "infinity are not allowed");
+  m(60'000, 4) = NAN;
+  EXPECT_NE(messageOf(m).find("at row 60000, column 4"), std::string::npos) << messageOf(m);
+  // The largest finite values are finite.
+  Matrix edge(2, 2);
+  edge.values = {std::numeric_limits<double>::max(), -std::numeric_limits<double>::max(),
+                 std::numeric_limits<double>::denorm_min(), -0.0};
+  EXPECT_NO_THROW(checkFinite(edge, "the edge values"));
+  edge(1, 1) = -std::numeric_limits<double>::infinity();
+  EXPECT_NE(messageOf(edge).find("(-inf) at row 1, column 1"), std::string::npos);
+}
+
+TEST(MatrixPasses, MaxAbsValueIsTheSerialMaximum) {
+  Matrix m = bigMatrix(2);
+  double serial = 0.0;
+  for (double v : m.values) serial = std::max(serial, std::fabs(v));
+  EXPECT_EQ(maxAbsValue(m.values.data(), m.values.size()), serial);
+  m.values[2'000'003] = -1e9;
+  EXPECT_EQ(maxAbsValue(m.values.data(), m.values.size()), 1e9);
+  EXPECT_EQ(maxAbsValue(m.values.data(), 0), 0.0);
+  EXPECT_EQ(maxAbsValue(m.values.data(), 3),
+            std::max({std::fabs(m.values[0]), std::fabs(m.values[1]), std::fabs(m.values[2])}));
+  m.values[1'500'000] = NAN;
+  EXPECT_TRUE(std::isnan(maxAbsValue(m.values.data(), m.values.size())));
+}
+
+TEST(MatrixPasses, ConvertValuesRoundsEachValueAsACast) {
+  const Matrix m = bigMatrix(3);
+  const std::size_t n = m.values.size();
+  std::vector<float> f(n, -1.f);
+  convertValues(m.values.data(), n, f.data());
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(f[i], float(m.values[i])) << "value " << i;
+  std::vector<double> d(n + 1, -1.0);
+  convertValues(m.values.data(), n, d.data());
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], m.values[i]) << "value " << i;
+  EXPECT_EQ(d[n], -1.0) << "nothing past n is written";
+}
+
+}  // namespace
+}  // namespace kmseg
