@@ -20,6 +20,10 @@ constexpr std::size_t kRange = std::size_t(1) << 18;
 
 }  // namespace
 
+Matrix::Matrix(std::size_t r, std::size_t c) : rows(r), cols(c) {
+  resizeFresh(values, r * c);
+}
+
 void checkFinite(const Matrix& m, const char* what) {
   const double* v = m.values.data();
   const std::size_t n = m.values.size();

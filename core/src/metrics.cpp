@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kmseg/error.h"
+#include "kmseg/parallel.h"
 
 namespace kmseg {
 
@@ -421,7 +422,7 @@ Comparison compareLabelings(const std::vector<std::int32_t>& reference,
   r.differing = n - agreeing;
   r.diffPercent = n > 0 ? 100.0 * double(r.differing) / double(n) : 0.0;
 
-  r.mask.resize(reference.size());
+  resizeFresh(r.mask, reference.size());
   const std::int32_t* pr = reference.data();
   const std::int32_t* pc = candidate.data();
   const int* map = r.mapping.data();

@@ -3194,9 +3194,13 @@ class Run final : public LloydRun {
     });
     stop_.record(stream_.get());
     // The result's labels take their pages on another thread while the device runs (48 MB at
-    // 12 megapixels, about 30 ms of page faults on the H200's host); this thread keeps polling,
+    // 12 megapixels, about 20-30 ms on the H200's host); this thread keeps polling,
     // so that a cancel request still reaches the device within an iteration.
-    auto labels = std::async(std::launch::async, [n = n_] { return std::vector<std::int32_t>(n); });
+    auto labels = std::async(std::launch::async, [n = n_] {
+      std::vector<std::int32_t> v;
+      resizeFresh(v, n);
+      return v;
+    });
     for (;;) {
       const cudaError_t q = cudaEventQuery(stop_.get());
       if (q != cudaSuccess && q != cudaErrorNotReady) KMSEG_CUDA_CHECK(q);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
@@ -45,6 +46,28 @@ TEST(MatrixPasses, ParallelRangesCoverEveryIndexOnce) {
     });
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "index " << i << " of " << n;
   }
+}
+
+TEST(MatrixPasses, ResizeFreshValueInitialisesAndKeepsWhatWasThere) {
+  // Large enough (12 MB) to take its pages on every core first.
+  std::vector<std::int32_t> v = {7, -3, 11};
+  resizeFresh(v, 3'000'001);
+  ASSERT_EQ(v.size(), 3'000'001u);
+  EXPECT_EQ(v[0], 7);
+  EXPECT_EQ(v[1], -3);
+  EXPECT_EQ(v[2], 11);
+  std::size_t nonZero = 0;
+  for (std::size_t i = 3; i < v.size(); ++i) nonZero += v[i] != 0;
+  EXPECT_EQ(nonZero, 0u);
+  resizeFresh(v, 5);  // shrinking keeps the first values
+  EXPECT_EQ(v, (std::vector<std::int32_t>{7, -3, 11, 0, 0}));
+  const Matrix m(2'000'000, 5);  // 80 MB of zeros
+  ASSERT_EQ(m.values.size(), 10'000'000u);
+  EXPECT_EQ(m.rows, 2'000'000u);
+  EXPECT_EQ(m.cols, 5u);
+  std::size_t nonZeroValues = 0;
+  for (double x : m.values) nonZeroValues += x != 0.0;
+  EXPECT_EQ(nonZeroValues, 0u);
 }
 
 TEST(MatrixPasses, CheckFiniteNamesTheFirstNonFiniteValue) {

@@ -15,7 +15,8 @@ struct Matrix {
   std::vector<double> values;  ///< rows * cols entries, row-major
 
   Matrix() = default;
-  Matrix(std::size_t r, std::size_t c) : rows(r), cols(c), values(r * c, 0.0) {}
+  /// r x c zeros (a large matrix takes its pages on every core: resizeFresh).
+  Matrix(std::size_t r, std::size_t c);
 
   /// Pointer to the first entry of row `i`.
   double* row(std::size_t i) { return values.data() + i * cols; }

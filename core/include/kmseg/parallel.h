@@ -13,6 +13,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace kmseg {
@@ -61,6 +62,30 @@ void parallelRanges(std::size_t n, std::size_t chunk, Fn&& fn) {
     const std::size_t begin = std::size_t(r) * chunk;
     fn(begin, std::min(n, begin + chunk));
   });
+}
+
+/// Resizes `v` to n value-initialised elements of a trivial type. When that takes a new
+/// allocation of many megabytes, its pages are first taken on every core (one write per 4 KiB
+/// page of the reserved storage): the zeroing of a fresh allocation otherwise spends most of its
+/// time in page faults taken one at a time (a 480 MB matrix on the H200's 16-core host: 0.30 s
+/// serially, 0.09-0.13 s so; 48 MB: 65 ms against 21-28 ms; 2026-12-02).
+template <class T>
+void resizeFresh(std::vector<T>& v, std::size_t n) {
+  static_assert(std::is_trivial_v<T>);
+  constexpr std::size_t kPage = 4096, kMinBytes = std::size_t(8) << 20;
+  if (n > v.capacity() && n * sizeof(T) >= kMinBytes) {
+    std::vector<T> fresh;
+    fresh.reserve(n);
+    // The pages first, then the elements v already has.
+    auto* bytes = reinterpret_cast<volatile unsigned char*>(fresh.data());
+    const std::size_t total = n * sizeof(T);
+    parallelRanges(total, std::size_t(4) << 20, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; i += kPage) bytes[i] = 0;
+    });
+    fresh.assign(v.begin(), v.end());
+    v.swap(fresh);
+  }
+  v.resize(n);
 }
 
 }  // namespace kmseg
