@@ -205,6 +205,23 @@ TEST(ReportTest, JsonParsesBackWithExpectedValues) {
   EXPECT_FALSE(doc["versions"]["compiler"].get<std::string>().empty());
 }
 
+TEST(ReportTest, RunSecondsCountTheReusedReferenceOnce) {
+  Fixture f;
+  // compare --modes fp64,fp16>fp32: the fp64 mode is the reference's result again.
+  const kmseg::KMeansResult fp64 = f.reference;
+  f.report.runs = {{&f.reference, nullptr, true},
+                   {&fp64, &f.comparison, false},
+                   {&f.mixed, &f.comparison, false}};
+  json doc = json::parse(kmseg::reportJson(f.report));
+  EXPECT_EQ(doc["timings"]["run_seconds"], 0.375);  // 0.25 + 0.125, not 0.625
+  ASSERT_EQ(doc["runs"].size(), 3u);
+  EXPECT_EQ(doc["runs"][1]["seconds"], 0.25);  // the row itself keeps its time
+  // Without a reference row an fp64 run is a run of its own.
+  f.report.runs = {{&fp64, &f.comparison, false}, {&f.mixed, &f.comparison, false}};
+  doc = json::parse(kmseg::reportJson(f.report));
+  EXPECT_EQ(doc["timings"]["run_seconds"], 0.375);
+}
+
 TEST(ReportTest, JsonWritesNullForNaNAndUnmeasured) {
   Fixture f;
   const std::string text = kmseg::reportJson(f.report);

@@ -41,7 +41,8 @@ struct Report {
   std::vector<ModeReport> runs;
 };
 
-/// The report as JSON (parameters, per-mode results with per-iteration traces, timings,
+/// The report as JSON (parameters, per-mode results with per-iteration traces, timings (whose
+/// run_seconds counts an fp64 mode next to the reference once: runWorkflow reuses the reference),
 /// versions of kmseg and its libraries). parameters.modes lists the mode of every run other than
 /// the reference, in order; a report whose command is not "compare" also names params.mode as
 /// parameters.mode. Keys are snake_case; NaN, infinity and unmeasured
