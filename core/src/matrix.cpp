@@ -24,25 +24,23 @@ Matrix::Matrix(std::size_t r, std::size_t c) : rows(r), cols(c) {
   resizeFresh(values, r * c);
 }
 
-void checkFinite(const Matrix& m, const char* what) {
-  const double* v = m.values.data();
-  const std::size_t n = m.values.size();
-  // Per range whether every value is finite (|x| <= DBL_MAX is false for NaN and infinity, and a
-  // loop without an early exit vectorises), then the first value that is not, for the message.
-  std::vector<unsigned char> finite((n + kRange - 1) / kRange, 1);
-  parallelRanges(n, kRange, [&](std::size_t begin, std::size_t end) {
-    unsigned char ok = 1;
-    for (std::size_t i = begin; i < end; ++i) ok &= std::fabs(v[i]) <= DBL_MAX;
-    finite[begin / kRange] = ok;
-  });
-  const auto bad = std::find(finite.begin(), finite.end(), 0);
-  if (bad == finite.end()) return;
-  for (std::size_t e = std::size_t(bad - finite.begin()) * kRange; e < n; ++e) {
-    if (std::isfinite(v[e])) continue;
-    throw DataError(std::string(what) + " holds a non-finite value (" + std::to_string(v[e]) +
+double checkedMaxAbs(const Matrix& m, const char* what) {
+  // maxAbsValue is NaN when a value is NaN and infinite when one is infinite; only then is the
+  // matrix scanned again, serially, for the first such value and the message.
+  const double largest = maxAbsValue(m.values.data(), m.values.size());
+  if (largest <= DBL_MAX) return largest;
+  for (std::size_t e = 0; e < m.values.size(); ++e) {
+    const double v = m.values[e];
+    if (std::isfinite(v)) continue;
+    throw DataError(std::string(what) + " holds a non-finite value (" + std::to_string(v) +
                     ") at row " + std::to_string(e / m.cols) + ", column " +
                     std::to_string(e % m.cols) + "; NaN and infinity are not allowed");
   }
+  return largest;  // not reached
+}
+
+void checkFinite(const Matrix& m, const char* what) {
+  (void)checkedMaxAbs(m, what);
 }
 
 double maxAbsValue(const double* values, std::size_t n) {

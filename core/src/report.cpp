@@ -164,14 +164,14 @@ std::string reportJson(const Report& report) {
   json runs = json::array();
   json modes = json::array();  // the modes run next to the reference, in order
   double runSeconds = 0.0;
+  // An fp64 mode next to the reference is the reference's run again (runWorkflow reuses it):
+  // its time is counted once.
+  const bool hasReference = std::any_of(report.runs.begin(), report.runs.end(),
+                                        [](const ModeReport& r) { return r.isReference; });
   for (const ModeReport& run : report.runs) {
     runs.push_back(runJson(run));
     if (!run.isReference) modes.push_back(modeName(run.result->mode));
-    // An fp64 mode next to the reference is the reference's run again (runWorkflow reuses it):
-    // its time is counted once.
-    const bool reused = !run.isReference && run.result->mode == Mode::Fp64 &&
-                        std::any_of(report.runs.begin(), report.runs.end(),
-                                    [](const ModeReport& r) { return r.isReference; });
+    const bool reused = hasReference && !run.isReference && run.result->mode == Mode::Fp64;
     if (!reused && std::isfinite(run.result->seconds)) runSeconds += run.result->seconds;
   }
   json doc = {

@@ -27,7 +27,8 @@ std::string describe(const char* call, cudaError_t e) {
 }
 
 // Checks everything that can be checked before a kernel runs; throws InvalidArgument/DataError.
-void checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& params) {
+// Returns the data's largest magnitude, found by the same pass as its finiteness.
+double checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& params) {
   if (data.empty()) throw InvalidArgument("the feature matrix is empty");
   validate(params, data.rows);
   if (params.k > kCudaMaxClusters)
@@ -45,8 +46,9 @@ void checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& par
     throw InvalidArgument(
         "initial centres are " + std::to_string(init.rows) + " x " + std::to_string(init.cols) +
         ", expected K x D = " + std::to_string(params.k) + " x " + std::to_string(data.cols));
-  checkFinite(data, "the feature matrix");
+  const double dataMaxAbs = checkedMaxAbs(data, "the feature matrix");
   checkFinite(init, "the initial centres");
+  return dataMaxAbs;
 }
 
 class CudaEngine final : public KMeansEngine {
@@ -57,14 +59,15 @@ class CudaEngine final : public KMeansEngine {
 
   KMeansResult run(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
                    const RunControl& control) override {
-    checkInputs(data, initialCentres, params);
+    const double dataMaxAbs = checkInputs(data, initialCentres, params);
     KMSEG_CUDA_CHECK(cudaSetDevice(info_.index));
-    const cuda::RunInputs in{data, initialCentres, params,
-                             resolveWorking(params.mode, params.working), &staging_};
+    const cuda::RunInputs in{data,       initialCentres,
+                             params,     resolveWorking(params.mode, params.working),
+                             dataMaxAbs, &staging_};
     const std::unique_ptr<cuda::LloydRun> lloyd = makeRun(in);
     KMeansResult r = lloyd->run(control);
     r.backend = description();
-    r.normOverflows = countNormOverflows(params.mode, in.working, data, lloyd->dataMaxAbs());
+    r.normOverflows = countNormOverflows(params.mode, in.working, data, dataMaxAbs);
     return r;
   }
 
@@ -160,14 +163,14 @@ std::unique_ptr<KMeansEngine> makeCudaEngine() {
 
 CudaTiming timeCudaRun(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
                        int repeats) {
-  checkInputs(data, initialCentres, params);
+  const double dataMaxAbs = checkInputs(data, initialCentres, params);
   if (repeats < 1) throw InvalidArgument("repeats must be >= 1");
   std::string why;
   const auto devices = cudaDevices(&why);
   if (devices.empty()) throw BackendError("the CUDA backend is not available: " + why);
   KMSEG_CUDA_CHECK(cudaSetDevice(devices.front().index));
   const cuda::RunInputs in{data, initialCentres, params,
-                           resolveWorking(params.mode, params.working)};
+                           resolveWorking(params.mode, params.working), dataMaxAbs};
   const cuda::RunTiming t = CudaEngine::makeRun(in)->time(repeats);
   CudaTiming out;
   out.msFullRun = t.msFullRun;

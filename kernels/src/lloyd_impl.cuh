@@ -2932,9 +2932,7 @@ class Run final : public LloydRun {
     std::size_t perBlock = 0;
     // The fast passes assume finite distances (kFastMaxAbs); centres are means of points and
     // re-seeded centres are points, so the data and the initial centres bound them all.
-    // The data's largest magnitude (on the host's threads); the rows go up below.
-    double maxAbs = maxAbsValue(x.values.data(), nd);
-    dataMaxAbs_ = maxAbs;
+    double maxAbs = in.dataMaxAbs;
     for (double v : in.initialCentres.values) maxAbs = std::max(maxAbs, std::fabs(v));
     if (d_ == kFastD && maxAbs <= kFastMaxAbs<LowT>) chooseFastShape(sms);
     if (fast_) {
@@ -3245,7 +3243,6 @@ class Run final : public LloydRun {
     return r;
   }
 
-  double dataMaxAbs() const override { return dataMaxAbs_; }
 
   RunTiming time(int repeats) override {
     RunTiming t;
@@ -3563,7 +3560,6 @@ class Run final : public LloydRun {
   const RunInputs& in_;
   std::size_t n_ = 0;
   int d_ = 0, k_ = 0, maxIt_ = 0, device_ = 0;
-  double dataMaxAbs_ = 0;  ///< largest magnitude in the data (countNormOverflows's hint)
   std::unique_ptr<Staging> ownStaging_;  ///< when the inputs bring none
   Staging* staging_ = nullptr;
   bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false, hostLoop_ = false;

@@ -21,6 +21,7 @@ struct RunInputs {
   const Matrix& initialCentres;
   const KMeansParams& params;
   Precision working;
+  double dataMaxAbs;  ///< the data's largest magnitude (checkedMaxAbs)
   /// Pinned buffers for the copies to and from the host, kept by the engine across its runs;
   /// null: the run allocates its own.
   Staging* staging = nullptr;
@@ -46,8 +47,6 @@ class LloydRun {
   virtual KMeansResult run(const RunControl& control) = 0;
   /// Launches the whole graph `repeats` times after one warm-up, timing each launch.
   virtual RunTiming time(int repeats) = 0;
-  /// The largest magnitude in the data, found while preparing the run.
-  virtual double dataMaxAbs() const = 0;
 };
 
 /// Builds the run for modes whose low precision is `Family`; defined per family.

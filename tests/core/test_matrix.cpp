@@ -95,6 +95,8 @@ TEST(MatrixPasses, MaxAbsValueIsTheSerialMaximum) {
   double serial = 0.0;
   for (double v : m.values) serial = std::max(serial, std::fabs(v));
   EXPECT_EQ(maxAbsValue(m.values.data(), m.values.size()), serial);
+  EXPECT_EQ(checkedMaxAbs(m, "the test matrix"), serial);
+  EXPECT_EQ(checkedMaxAbs(Matrix(), "an empty matrix"), 0.0);
   m.values[2'000'003] = -1e9;
   EXPECT_EQ(maxAbsValue(m.values.data(), m.values.size()), 1e9);
   EXPECT_EQ(maxAbsValue(m.values.data(), 0), 0.0);

@@ -29,6 +29,8 @@ struct Matrix {
 /// Throws DataError naming `what`, the row and the column when `m` holds a NaN or an infinity
 /// (the first one in row-major order). Scans with the machine's threads.
 void checkFinite(const Matrix& m, const char* what);
+/// checkFinite, returning the largest |value| of `m` (0 for an empty matrix) from the same pass.
+double checkedMaxAbs(const Matrix& m, const char* what);
 
 /// The largest |values[i]| over [0, n) (0 for n = 0; NaN when one is NaN), with the machine's
 /// threads.
