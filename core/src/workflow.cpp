@@ -48,6 +48,8 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
     return engine.run(features, initial, p, control);
   };
 
+  // Every run takes the same features: the engine may check and upload them once.
+  const KeptData kept(engine, features);
   out.reference = runOne(0, Mode::Fp64, Working::Fp64);
   const int k = params.kmeans.k;
   // Each mode's comparison with the reference runs on a thread of its own while the next mode

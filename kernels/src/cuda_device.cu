@@ -16,6 +16,7 @@
 #include "kmseg/median.h"
 #include "kmseg/pair_distance.h"
 #include "lloyd_run.h"
+#include "transfer.cuh"
 
 namespace kmseg {
 
@@ -27,8 +28,10 @@ std::string describe(const char* call, cudaError_t e) {
 }
 
 // Checks everything that can be checked before a kernel runs; throws InvalidArgument/DataError.
-// Returns the data's largest magnitude, found by the same pass as its finiteness.
-double checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& params) {
+// Returns the data's largest magnitude, found by the same pass as its finiteness, or *known
+// without that pass when the data has passed it already (data the engine keeps).
+double checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& params,
+                   const double* known = nullptr) {
   if (data.empty()) throw InvalidArgument("the feature matrix is empty");
   validate(params, data.rows);
   if (params.k > kCudaMaxClusters)
@@ -46,9 +49,15 @@ double checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& p
     throw InvalidArgument(
         "initial centres are " + std::to_string(init.rows) + " x " + std::to_string(init.cols) +
         ", expected K x D = " + std::to_string(params.k) + " x " + std::to_string(data.cols));
-  const double dataMaxAbs = checkedMaxAbs(data, "the feature matrix");
+  const double dataMaxAbs = known ? *known : checkedMaxAbs(data, "the feature matrix");
   checkFinite(init, "the initial centres");
   return dataMaxAbs;
+}
+
+// fp32 rows from fp64 ones, rounded to nearest as convertValues rounds them on the host.
+__global__ void narrowRowsKernel(const double* in, float* out, long long n) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __double2float_rn(in[i]);
 }
 
 class CudaEngine final : public KMeansEngine {
@@ -59,17 +68,23 @@ class CudaEngine final : public KMeansEngine {
 
   KMeansResult run(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
                    const RunControl& control) override {
-    const double dataMaxAbs = checkInputs(data, initialCentres, params);
+    const bool kept = kept_.data == &data;
+    const double dataMaxAbs =
+        checkInputs(data, initialCentres, params, kept && kept_.checked ? &kept_.maxAbs : nullptr);
+    if (kept) kept_.maxAbs = dataMaxAbs, kept_.checked = true;
     KMSEG_CUDA_CHECK(cudaSetDevice(info_.index));
-    const cuda::RunInputs in{data,       initialCentres,
-                             params,     resolveWorking(params.mode, params.working),
-                             dataMaxAbs, &staging_};
+    cuda::RunInputs in{data,       initialCentres,
+                       params,     resolveWorking(params.mode, params.working),
+                       dataMaxAbs, &staging_};
+    if (kept) keepOnDevice(data, in);
     const std::unique_ptr<cuda::LloydRun> lloyd = makeRun(in);
     KMeansResult r = lloyd->run(control);
     r.backend = description();
     r.normOverflows = countNormOverflows(params.mode, in.working, data, dataMaxAbs);
     return r;
   }
+
+  void keepData(const Matrix* data) override { kept_ = Kept{data}; }
 
   static std::unique_ptr<cuda::LloydRun> makeRun(const cuda::RunInputs& in) {
     switch (lowPrecision(in.params.mode)) {
@@ -89,8 +104,48 @@ class CudaEngine final : public KMeansEngine {
   }
 
  private:
+  /// The data of keepData and what the engine keeps of it between runs.
+  struct Kept {
+    const Matrix* data = nullptr;
+    bool checked = false;  ///< finite, with largest magnitude maxAbs
+    double maxAbs = 0;
+    cuda::DeviceBuffer<double> rows64;  ///< its rows on the device, once the first run needs them
+    cuda::DeviceBuffer<float> rows32;   ///< rounded to fp32, once a run with W = fp32 needs them
+  };
+
+  // Puts the kept data's rows on the device unless they are there, and points the run at them:
+  // fp64 rows from the host (the SSE and W = fp64 read them), fp32 rows rounded from those on the
+  // device. Only while the copies it adds take at most half the free device memory: otherwise
+  // the run uploads the rows it needs and the engine has not kept, as it does without keepData.
+  void keepOnDevice(const Matrix& data, cuda::RunInputs& in) {
+    const std::size_t nd = data.values.size();
+    const bool want32 = in.working == Precision::Fp32;
+    const std::size_t add = (kept_.rows64.get() ? 0 : nd * sizeof(double)) +
+                            (want32 && !kept_.rows32.get() ? nd * sizeof(float) : 0);
+    std::size_t freeB = 0, totalB = 0;
+    if (add > 0) KMSEG_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
+    if (add > 0 && add <= freeB / 2) {
+      cuda::Stream stream;
+      if (!kept_.rows64.get()) {
+        cuda::DeviceBuffer<double> rows(nd, "the kept fp64 features");
+        cuda::uploadValues(rows.get(), data.values.data(), nd, stream.get(), staging_);
+        kept_.rows64 = std::move(rows);
+      }
+      if (want32 && !kept_.rows32.get()) {
+        cuda::DeviceBuffer<float> rows(nd, "the kept fp32 features");
+        KMSEG_LAUNCH_LINEAR(narrowRowsKernel, nd, stream.get(), kept_.rows64.get(), rows.get(),
+                            (long long)nd);
+        KMSEG_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        kept_.rows32 = std::move(rows);
+      }
+    }
+    in.deviceRows64 = kept_.rows64.get();
+    in.deviceRows32 = kept_.rows32.get();
+  }
+
   CudaDeviceInfo info_;
   cuda::Staging staging_;  ///< the runs' pinned copy buffers, pinned once for all of them
+  Kept kept_;
 };
 
 // The factory core's makeEngine() calls: the CUDA engine on the first device, or null and why.

@@ -56,6 +56,7 @@
 #include "lloyd_run.h"
 #include "prune_margin.h"
 #include "tile_math.cuh"
+#include "transfer.cuh"
 
 namespace kmseg::cuda {
 
@@ -2832,59 +2833,6 @@ __global__ void __launch_bounds__(kOneBlockThreads) publishKernel(A a) {
 
 // ---- host side ---------------------------------------------------------------------------------
 
-/// Copies src[0, n) to dst on the device as T (convertValues: doubles rounded to nearest for
-/// float), chunk by chunk through the staging buffers: the host converts the next chunk on all
-/// its threads while the last one is copied. Pinned buffers move several times faster than
-/// pageable memory, whose copies the driver stages itself. Returns when the copies are done.
-template <class T>
-void uploadValues(T* dst, const double* src, std::size_t n, cudaStream_t s, Staging& staging) {
-  if (n == 0) return;
-  const auto hold = staging.lock();
-  const std::size_t chunk = kHostStageBytes / sizeof(T);
-  T* stage[2] = {static_cast<T*>(staging.buffer(0)), static_cast<T*>(staging.buffer(1))};
-  Event copied[2];
-  for (std::size_t b = 0, i = 0; b < n; b += chunk, ++i) {
-    const std::size_t m = std::min(chunk, n - b);
-    if (i >= 2) KMSEG_CUDA_CHECK(cudaEventSynchronize(copied[i & 1].get()));
-    convertValues(src + b, m, stage[i & 1]);
-    KMSEG_CUDA_CHECK(
-        cudaMemcpyAsync(dst + b, stage[i & 1], m * sizeof(T), cudaMemcpyHostToDevice, s));
-    copied[i & 1].record(s);
-  }
-  KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
-}
-
-/// Copies the labels src[0, n) from the device into out[0, n) as int32, chunk by chunk through
-/// the staging buffers: the next chunk is on its way while the host widens the last one.
-template <class LabelT>
-void downloadLabels(std::int32_t* out, const LabelT* src, std::size_t n, cudaStream_t s,
-                    Staging& staging) {
-  if (n == 0) return;
-  const auto hold = staging.lock();
-  const std::size_t chunk = kHostStageBytes / sizeof(LabelT);
-  LabelT* stage[2] = {static_cast<LabelT*>(staging.buffer(0)),
-                      static_cast<LabelT*>(staging.buffer(1))};
-  Event copied[2];
-  auto request = [&](std::size_t i) {
-    const std::size_t b = i * chunk, m = std::min(chunk, n - b);
-    KMSEG_CUDA_CHECK(
-        cudaMemcpyAsync(stage[i & 1], src + b, m * sizeof(LabelT), cudaMemcpyDeviceToHost, s));
-    copied[i & 1].record(s);
-  };
-  const std::size_t chunks = (n + chunk - 1) / chunk;
-  request(0);
-  for (std::size_t i = 0; i < chunks; ++i) {
-    if (i + 1 < chunks) request(i + 1);
-    KMSEG_CUDA_CHECK(cudaEventSynchronize(copied[i & 1].get()));
-    const LabelT* in = stage[i & 1];
-    std::int32_t* to = out + i * chunk;
-    parallelRanges(std::min(chunk, n - i * chunk), std::size_t(1) << 18,
-                   [&](std::size_t begin, std::size_t end) {
-                     for (std::size_t j = begin; j < end; ++j) to[j] = std::int32_t(in[j]);
-                   });
-  }
-}
-
 // Ends a stream capture that an exception interrupted, so that the stream (and the frees that
 // follow) work again.
 class CaptureGuard {
@@ -2983,13 +2931,20 @@ class Run final : public LloydRun {
     if (!fast_) blocks_ = int((n_ + chunk_ - 1) / chunk_);
 
     const bool needX64 = p.traceSse && !std::is_same_v<WT, double>;
+    const WT* keptW = nullptr;
+    if constexpr (std::is_same_v<WT, double>)
+      keptW = in.deviceRows64;
+    else
+      keptW = in.deviceRows32;
+    const double* kept64 = needX64 ? in.deviceRows64 : nullptr;
     const bool needLow = !kSharedLow && !fast_;
     // The fast pass's per-tile data when it prunes: box, sum and label state.
     const bool needTiles = fast_ && p.useBounds;
     const std::size_t tileBytes =
         needTiles ? sizeof(Box<kFastD>) + kFastD * sizeof(WT) + sizeof(unsigned) : 0;
-    std::size_t need = nd * sizeof(WT) + (needLow ? nd * sizeof(LowT) : 0) +
-                       std::size_t(tiles_) * tileBytes + (needX64 ? nd * sizeof(double) : 0) +
+    std::size_t need = (keptW ? 0 : nd * sizeof(WT)) + (needLow ? nd * sizeof(LowT) : 0) +
+                       std::size_t(tiles_) * tileBytes +
+                       (needX64 && !kept64 ? nd * sizeof(double) : 0) +
                        2 * n_ * sizeof(LabelT) + std::size_t(blocks_) * perBlock;
     std::size_t freeB = 0, totalB = 0;
     KMSEG_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
@@ -2999,17 +2954,24 @@ class Run final : public LloydRun {
                          " bytes, " + std::to_string(freeB) + " of " + std::to_string(totalB) +
                          " bytes are free");
 
-    // Data: W rows from the host, the low copy converted on the device.
-    xw_ = track(DeviceBuffer<WT>(nd, "the working-precision features"));
-    uploadValues(xw_.get(), x.values.data(), nd, stream_.get(), *staging_);
+    // Data: W rows from the host (or those the engine keeps), the low copy converted on the
+    // device.
+    const WT* xw = keptW;
+    if (!xw) {
+      xw_ = track(DeviceBuffer<WT>(nd, "the working-precision features"));
+      uploadValues(xw_.get(), x.values.data(), nd, stream_.get(), *staging_);
+      xw = xw_.get();
+    }
     if (needLow) {
       xl_ = track(DeviceBuffer<LowT>(nd, "the low-precision features"));
-      KMSEG_LAUNCH_LINEAR((convertKernel<LowT, WT>), nd, stream_.get(), xw_.get(), xl_.get(),
+      KMSEG_LAUNCH_LINEAR((convertKernel<LowT, WT>), nd, stream_.get(), xw, xl_.get(),
                           (long long)nd);
     }
-    if (needX64) {
+    const double* x64 = kept64;
+    if (needX64 && !x64) {
       x64_ = track(DeviceBuffer<double>(nd, "the fp64 features for the SSE"));
       uploadValues(x64_.get(), x.values.data(), nd, stream_.get(), *staging_);
+      x64 = x64_.get();
     }
     if (needTiles) {
       boxes_ = track(DeviceBuffer<Box<kFastD>>(std::size_t(tiles_), "the tile boxes"));
@@ -3071,11 +3033,10 @@ class Run final : public LloydRun {
     mapped_.host()->completed = 0;
     mapped_.host()->cancel = 0;
 
-    args_.xl = kSharedLow ? reinterpret_cast<const LowT*>(xw_.get()) : xl_.get();
+    args_.xl = kSharedLow ? reinterpret_cast<const LowT*>(xw) : xl_.get();
     args_.fastSlotShift = fastSlotShift_;
-    args_.xw = xw_.get();
-    args_.x64 =
-        std::is_same_v<WT, double> ? reinterpret_cast<const double*>(xw_.get()) : x64_.get();
+    args_.xw = xw;
+    args_.x64 = std::is_same_v<WT, double> ? reinterpret_cast<const double*>(xw) : x64;
     args_.labels = labels_.get();
     args_.twoAgo = twoAgo_.get();
     args_.cw = cw_.get();

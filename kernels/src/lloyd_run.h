@@ -25,6 +25,11 @@ struct RunInputs {
   /// Pinned buffers for the copies to and from the host, kept by the engine across its runs;
   /// null: the run allocates its own.
   Staging* staging = nullptr;
+  /// The data's rows already on the device, kept by the engine across runs
+  /// (KMeansEngine::keepData): as fp64, and rounded to fp32 (convertValues' rounding). Null: the
+  /// run uploads the rows it needs itself.
+  const double* deviceRows64 = nullptr;
+  const float* deviceRows32 = nullptr;
 };
 
 /// Device time and sizes of one or more launches of a run's graph.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -497,6 +498,57 @@ TEST(Workflow, KAboveTheComparableMaximumFailsBeforeAnyRun) {
   EXPECT_THROW(validateWorkflow(p, std::size_t(-1)), InvalidArgument);
   p.kmeans.k = kMaxComparedClusters;
   EXPECT_NO_THROW(validateWorkflow(p, std::size_t(-1)));
+}
+
+// An engine that records what it is told around the CPU engine's runs. (The CUDA engine, which
+// acts on keepData, cannot run here; its GPU test checks that kept data gives every run its plain
+// result.)
+class KeepRecorder final : public KMeansEngine {
+ public:
+  std::string description() const override { return cpu_->description(); }
+  KMeansResult run(const Matrix& data, const Matrix& init, const KMeansParams& params,
+                   const RunControl& control) override {
+    events.push_back(&data == kept_ ? "run kept" : "run other");
+    return cpu_->run(data, init, params, control);
+  }
+  void keepData(const Matrix* data) override {
+    kept_ = data;
+    events.push_back(data ? "keep" : "release");
+  }
+  std::vector<std::string> events;
+
+ private:
+  std::unique_ptr<KMeansEngine> cpu_ = makeCpuEngine(1);
+  const Matrix* kept_ = nullptr;
+};
+
+TEST(Workflow, KeepsTheFeaturesWithTheEngineForItsRuns) {
+  const Matrix data = test::blobs(400, 3, 3, 0.05, 5, 0.1, 0.9, 1);
+  WorkflowParams p;
+  p.kmeans.k = 3;
+  KeepRecorder engine;
+  const WorkflowResult w = runWorkflow(engine, data, {Mode::Fp32, Mode::Fp16Fp32}, p);
+  const std::vector<std::string> expected = {"keep", "run kept", "run kept", "run kept", "release"};
+  EXPECT_EQ(engine.events, expected);
+  EXPECT_EQ(w.modes.size(), 2u);
+
+  // A run that throws (here: cancelled) still ends the keep.
+  engine.events.clear();
+  const std::atomic<bool> cancel{true};
+  EXPECT_THROW(runWorkflow(engine, data, {Mode::Fp32}, p, {}, &cancel), Cancelled);
+  const std::vector<std::string> cancelled = {"keep", "run kept", "release"};
+  EXPECT_EQ(engine.events, cancelled);
+
+  // The default keeps nothing and changes nothing.
+  auto cpu = makeCpuEngine(1);
+  const KMeansResult a = cpu->run(data, gatherRows(data, w.initialIndices), p.kmeans);
+  KMeansResult b;
+  {
+    const KeptData kept(*cpu, data);
+    b = cpu->run(data, gatherRows(data, w.initialIndices), p.kmeans);
+  }
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.centroids.values, b.centroids.values);
 }
 
 TEST(Init, RandomPointsAreDistinctRowsAndReproducible) {

@@ -889,6 +889,58 @@ TEST(CudaEngine, CopiesDataAndLabelsThroughSeveralStagingBuffers) {
   }
 }
 
+// Data the engine keeps (KeptData: checked once, its rows left on the device between runs) gives
+// every mode and working precision the run it gets without keeping, bit for bit; runs on other
+// data meanwhile are their own; after the keep ends, a changed matrix is read again.
+TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
+  KMSEG_REQUIRE_GPU();
+  const Photo ph = photo("samples/coffee.png");
+  Matrix data = ph.features;
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 3));
+  const Matrix other = blobs(20'000, 5, 6, 0.05, 11);
+  const Matrix otherInit = gatherRows(other, chooseInitialCentres(other, 6, Init::RandomPoints, 1));
+  auto plain = makeCudaEngine();
+  auto keeping = makeCudaEngine();
+  struct Case {
+    Mode mode;
+    Working working;
+  };
+  std::vector<Case> cases;
+  for (Mode m : kAllModes) cases.push_back({m, Working::Auto});
+  cases.push_back({Mode::Fp16Fp32, Working::Fp64});
+  cases.push_back({Mode::Fp32, Working::Fp64});
+  {
+    const KeptData kept(*keeping, data);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(modeName(c.mode)) + (c.working == Working::Fp64 ? ", W = fp64" : ""));
+      KMeansParams p = paramsFor(c.mode, 8, 40);
+      p.working = c.working;
+      p.imageWidth = ph.width;
+      expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
+      // Other data between two runs of the kept data.
+      const KMeansParams q = paramsFor(c.mode, 6, 20);
+      expectSameRun(keeping->run(other, otherInit, q), plain->run(other, otherInit, q));
+    }
+    // Without the SSE trace, a run reads the kept rows in W alone.
+    KMeansParams p = paramsFor(Mode::Fp32, 8, 40);
+    p.traceSse = false;
+    p.imageWidth = ph.width;
+    expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
+  }
+  // The keep has ended: the same matrix, changed, is checked and uploaded again.
+  for (double& v : data.values) v = 1.0 - v;
+  const Matrix changedInit = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 3));
+  KMeansParams p = paramsFor(Mode::Fp16Fp32, 8, 40);
+  p.imageWidth = ph.width;
+  expectSameRun(keeping->run(data, changedInit, p), plain->run(data, changedInit, p));
+  data(5, 1) = NAN;
+  EXPECT_THROW(keeping->run(data, changedInit, p), DataError);
+  // Kept data is checked in its first run, and a bad matrix stays bad in the next.
+  const KeptData kept(*keeping, data);
+  EXPECT_THROW(keeping->run(data, changedInit, p), DataError);
+  EXPECT_THROW(keeping->run(data, changedInit, p), DataError);
+}
+
 TEST(CudaEngine, RejectsBadInputBeforeAnyKernel) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();

@@ -28,6 +28,25 @@ class KMeansEngine {
   /// BackendError for failures of the backend.
   virtual KMeansResult run(const Matrix& data, const Matrix& initialCentres,
                            const KMeansParams& params, const RunControl& control = {}) = 0;
+  /// Tells the engine that the runs that follow take `data` (this object, unchanged) until the
+  /// next call; null ends that. The engine may then keep what it derives from the data between
+  /// those runs: the CUDA engine checks the data once and keeps its rows on the device, instead of
+  /// checking and uploading them in every run. The caller must not change or free `data` while it
+  /// is kept. Runs on other data are not affected. Called from the thread that calls run().
+  /// The default keeps nothing. Use KeptData rather than calling it directly.
+  virtual void keepData(const Matrix* data) { (void)data; }
+};
+
+/// Keeps `data` with an engine for the runs of a scope (KMeansEngine::keepData).
+class KeptData {
+ public:
+  KeptData(KMeansEngine& engine, const Matrix& data) : engine_(engine) { engine_.keepData(&data); }
+  KeptData(const KeptData&) = delete;
+  KeptData& operator=(const KeptData&) = delete;
+  ~KeptData() { engine_.keepData(nullptr); }
+
+ private:
+  KMeansEngine& engine_;
 };
 
 /// Which engine to use.

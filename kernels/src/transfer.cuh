@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// Copies between host and device through the engine's pinned staging buffers (nvcc only).
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_check.cuh"
+#include "kmseg/matrix.h"
+#include "kmseg/parallel.h"
+
+namespace kmseg::cuda {
+
+/// Copies src[0, n) to dst on the device as T (convertValues: doubles rounded to nearest for
+/// float), chunk by chunk through the staging buffers: the host converts the next chunk on all
+/// its threads while the last one is copied. Pinned buffers move several times faster than
+/// pageable memory, whose copies the driver stages itself. Returns when the copies are done.
+template <class T>
+void uploadValues(T* dst, const double* src, std::size_t n, cudaStream_t s, Staging& staging) {
+  if (n == 0) return;
+  const auto hold = staging.lock();
+  const std::size_t chunk = kHostStageBytes / sizeof(T);
+  T* stage[2] = {static_cast<T*>(staging.buffer(0)), static_cast<T*>(staging.buffer(1))};
+  Event copied[2];
+  for (std::size_t b = 0, i = 0; b < n; b += chunk, ++i) {
+    const std::size_t m = std::min(chunk, n - b);
+    if (i >= 2) KMSEG_CUDA_CHECK(cudaEventSynchronize(copied[i & 1].get()));
+    convertValues(src + b, m, stage[i & 1]);
+    KMSEG_CUDA_CHECK(
+        cudaMemcpyAsync(dst + b, stage[i & 1], m * sizeof(T), cudaMemcpyHostToDevice, s));
+    copied[i & 1].record(s);
+  }
+  KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/// Copies the labels src[0, n) from the device into out[0, n) as int32, chunk by chunk through
+/// the staging buffers: the next chunk is on its way while the host widens the last one.
+template <class LabelT>
+void downloadLabels(std::int32_t* out, const LabelT* src, std::size_t n, cudaStream_t s,
+                    Staging& staging) {
+  if (n == 0) return;
+  const auto hold = staging.lock();
+  const std::size_t chunk = kHostStageBytes / sizeof(LabelT);
+  LabelT* stage[2] = {static_cast<LabelT*>(staging.buffer(0)),
+                      static_cast<LabelT*>(staging.buffer(1))};
+  Event copied[2];
+  auto request = [&](std::size_t i) {
+    const std::size_t b = i * chunk, m = std::min(chunk, n - b);
+    KMSEG_CUDA_CHECK(
+        cudaMemcpyAsync(stage[i & 1], src + b, m * sizeof(LabelT), cudaMemcpyDeviceToHost, s));
+    copied[i & 1].record(s);
+  };
+  const std::size_t chunks = (n + chunk - 1) / chunk;
+  request(0);
+  for (std::size_t i = 0; i < chunks; ++i) {
+    if (i + 1 < chunks) request(i + 1);
+    KMSEG_CUDA_CHECK(cudaEventSynchronize(copied[i & 1].get()));
+    const LabelT* in = stage[i & 1];
+    std::int32_t* to = out + i * chunk;
+    parallelRanges(std::min(chunk, n - i * chunk), std::size_t(1) << 18,
+                   [&](std::size_t begin, std::size_t end) {
+                     for (std::size_t j = begin; j < end; ++j) to[j] = std::int32_t(in[j]);
+                   });
+  }
+}
+
+}  // namespace kmseg::cuda
