@@ -927,6 +927,17 @@ TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
     p.imageWidth = ph.width;
     expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
   }
+  // The generic and the tiled passes (D = 3 and 24) read kept rows as well.
+  for (const std::size_t d : {std::size_t(3), std::size_t(24)}) {
+    const Matrix wide = blobs(6'000, d, 5, 0.05, 17);
+    const Matrix wideInit = gatherRows(wide, chooseInitialCentres(wide, 5, Init::RandomPoints, 2));
+    const KeptData kept(*keeping, wide);
+    for (Mode m : {Mode::Fp64, Mode::Fp32, Mode::Fp16Fp32, Mode::Bf16Fp64}) {
+      SCOPED_TRACE("D = " + std::to_string(d) + ", " + std::string(modeName(m)));
+      const KMeansParams q = paramsFor(m, 5, 30);
+      expectSameRun(keeping->run(wide, wideInit, q), plain->run(wide, wideInit, q));
+    }
+  }
   // The keep has ended: the same matrix, changed, is checked and uploaded again.
   for (double& v : data.values) v = 1.0 - v;
   const Matrix changedInit = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 3));
