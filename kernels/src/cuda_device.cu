@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,12 +55,6 @@ double checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& p
   return dataMaxAbs;
 }
 
-// fp32 rows from fp64 ones, rounded to nearest as convertValues rounds them on the host.
-__global__ void narrowRowsKernel(const double* in, float* out, long long n) {
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < n) out[i] = __double2float_rn(in[i]);
-}
-
 class CudaEngine final : public KMeansEngine {
  public:
   explicit CudaEngine(CudaDeviceInfo info) : info_(std::move(info)) {}
@@ -70,8 +65,8 @@ class CudaEngine final : public KMeansEngine {
                    const RunControl& control) override {
     const bool kept = kept_.data == &data;
     const double dataMaxAbs =
-        checkInputs(data, initialCentres, params, kept && kept_.checked ? &kept_.maxAbs : nullptr);
-    if (kept) kept_.maxAbs = dataMaxAbs, kept_.checked = true;
+        checkInputs(data, initialCentres, params, kept && kept_.maxAbs ? &*kept_.maxAbs : nullptr);
+    if (kept) kept_.maxAbs = dataMaxAbs;
     KMSEG_CUDA_CHECK(cudaSetDevice(info_.index));
     cuda::RunInputs in{data,       initialCentres,
                        params,     resolveWorking(params.mode, params.working),
@@ -107,8 +102,7 @@ class CudaEngine final : public KMeansEngine {
   /// The data of keepData and what the engine keeps of it between runs.
   struct Kept {
     const Matrix* data = nullptr;
-    bool checked = false;  ///< finite, with largest magnitude maxAbs
-    double maxAbs = 0;
+    std::optional<double> maxAbs;       ///< once checked: finite, with this largest magnitude
     cuda::DeviceBuffer<double> rows64;  ///< its rows on the device, once the first run needs them
     cuda::DeviceBuffer<float> rows32;   ///< rounded to fp32, once a run with W = fp32 needs them
   };
@@ -133,8 +127,8 @@ class CudaEngine final : public KMeansEngine {
       }
       if (want32 && !kept_.rows32.get()) {
         cuda::DeviceBuffer<float> rows(nd, "the kept fp32 features");
-        KMSEG_LAUNCH_LINEAR(narrowRowsKernel, nd, stream.get(), kept_.rows64.get(), rows.get(),
-                            (long long)nd);
+        KMSEG_LAUNCH_LINEAR((cuda::convertKernel<float, double>), nd, stream.get(),
+                            kept_.rows64.get(), rows.get(), (long long)nd);
         KMSEG_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
         kept_.rows32 = std::move(rows);
       }

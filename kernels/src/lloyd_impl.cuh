@@ -365,13 +365,6 @@ __device__ void prepareCentres(const A& a) {
 
 // ---- kernels -----------------------------------------------------------------------------------
 
-/// out[i] = convert<ToT>(in[i]) for i < n: the low-precision copy of the data (one rounding).
-template <class ToT, class FromT>
-__global__ void convertKernel(const FromT* in, ToT* out, long long n) {
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (i < n) out[i] = convert<ToT>(in[i]);
-}
-
 /// Resets the loop state and starts from the initial centres. One block.
 template <class A>
 __global__ void resetKernel(A a) {
@@ -2944,8 +2937,8 @@ class Run final : public LloydRun {
         needTiles ? sizeof(Box<kFastD>) + kFastD * sizeof(WT) + sizeof(unsigned) : 0;
     std::size_t need = (keptW ? 0 : nd * sizeof(WT)) + (needLow ? nd * sizeof(LowT) : 0) +
                        std::size_t(tiles_) * tileBytes +
-                       (needX64 && !kept64 ? nd * sizeof(double) : 0) +
-                       2 * n_ * sizeof(LabelT) + std::size_t(blocks_) * perBlock;
+                       (needX64 && !kept64 ? nd * sizeof(double) : 0) + 2 * n_ * sizeof(LabelT) +
+                       std::size_t(blocks_) * perBlock;
     std::size_t freeB = 0, totalB = 0;
     KMSEG_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
     if (need > freeB)
@@ -3203,7 +3196,6 @@ class Run final : public LloydRun {
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
-
 
   RunTiming time(int repeats) override {
     RunTiming t;

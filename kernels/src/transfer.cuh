@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
-// Copies between host and device through the engine's pinned staging buffers (nvcc only).
+// Copies between host and device through the engine's pinned staging buffers, and conversions
+// of rows on the device (nvcc only).
 
 #include <cuda_runtime.h>
 
@@ -10,10 +11,20 @@
 #include <cstdint>
 
 #include "cuda_check.cuh"
+#include "device_math.cuh"
 #include "kmseg/matrix.h"
 #include "kmseg/parallel.h"
 
 namespace kmseg::cuda {
+
+/// out[i] = convert<ToT>(in[i]) for i < n, one rounding: a run's low-precision copy of its rows,
+/// and the engine's fp32 copy of kept fp64 rows (rounded to nearest, as convertValues on the
+/// host).
+template <class ToT, class FromT>
+__global__ void convertKernel(const FromT* in, ToT* out, long long n) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = convert<ToT>(in[i]);
+}
 
 /// Copies src[0, n) to dst on the device as T (convertValues: doubles rounded to nearest for
 /// float), chunk by chunk through the staging buffers: the host converts the next chunk on all

@@ -912,7 +912,8 @@ TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
   {
     const KeptData kept(*keeping, data);
     for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(modeName(c.mode)) + (c.working == Working::Fp64 ? ", W = fp64" : ""));
+      SCOPED_TRACE(std::string(modeName(c.mode)) +
+                   (c.working == Working::Fp64 ? ", W = fp64" : ""));
       KMeansParams p = paramsFor(c.mode, 8, 40);
       p.working = c.working;
       p.imageWidth = ph.width;
