@@ -106,7 +106,7 @@ void runCommand(const std::string& command, const Options& o) {
   const Image image = loadImage(o.image, o.load);
   const double decodeSeconds = secondsSince(t0);
   t0 = std::chrono::steady_clock::now();
-  const Matrix features = makeFeatures(image, o.features);
+  const ImageFeatures features = makeImageFeatures(image, o.features);
   const double featureSeconds = secondsSince(t0);
   EngineChoice choice = engine.get();
   if (!choice.note.empty() && !o.quiet) std::fprintf(stderr, "kmseg: %s\n", choice.note.c_str());
@@ -127,8 +127,9 @@ void runCommand(const std::string& command, const Options& o) {
       std::fflush(stderr);
     };
   }
-  const WorkflowResult w = runWorkflow(*choice.engine, features, o.modes,
-                                       workflowFor(o.workflow, image), progress, nullptr);
+  const WorkflowResult w =
+      runWorkflow(*choice.engine, features.rows, o.modes, workflowFor(o.workflow, image), progress,
+                  nullptr, features.lookup ? &*features.lookup : nullptr);
   if (live) std::fprintf(stderr, "\r%100s\r", "");
 
   std::printf("%s: %d x %d pixels, K = %d, backend %s\n", o.image.filename().string().c_str(),

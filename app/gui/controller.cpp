@@ -117,12 +117,12 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
     outcome->modes = modes;
     outcome->allModes = allModes;
     const auto t0 = std::chrono::steady_clock::now();
-    const Matrix features = makeFeatures(image->image, params.features);
+    const ImageFeatures features = makeImageFeatures(image->image, params.features);
     outcome->featureSeconds = secondsSince(t0);
     if (cancel->load()) throw Cancelled();
 
     EngineChoice choice = makeEngine(params.backend, params.workflow.kmeans.threads,
-                                     {params.workflow.kmeans.k, features.cols});
+                                     {params.workflow.kmeans.k, features.rows.cols});
     outcome->backendNote = choice.note;
     const int maxIterations = params.workflow.kmeans.maxIterations;
     WorkflowProgress progress = [&](int run, int runCount, Mode mode, const IterationStats& s) {
@@ -138,9 +138,9 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
           s.evaluations > 0 ? 100.0 * double(s.fallbacks) / double(s.evaluations) : 0.0;
       promise.addResult(std::move(ev));
     };
-    outcome->workflow =
-        runWorkflow(*choice.engine, features, modes, workflowFor(params.workflow, image->image),
-                    progress, cancel.get());
+    outcome->workflow = runWorkflow(*choice.engine, features.rows, modes,
+                                    workflowFor(params.workflow, image->image), progress,
+                                    cancel.get(), features.lookup ? &*features.lookup : nullptr);
     outcome->palette = makePalette(std::min(params.workflow.kmeans.k, 65536), params.palette);
     RunEvent done;
     done.kind = RunEvent::Kind::Done;

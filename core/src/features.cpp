@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -114,36 +115,48 @@ void channelExtremes(const std::vector<T>& s, T (&lo)[3], T (&hi)[3]) {
   }
 }
 
-// The common case (RGB, min-max) in one pass: the column extremes are known before any row is
+// The tables of the common case (RGB, min-max): the column extremes are known before any row is
 // written (channel extremes from the samples, 0 and width - 1 or height - 1 for x and y), so
-// every value comes from a table of minMaxValue results. Bit-identical to the generic path.
+// every value is one of a few minMaxValue results, each computed once.
 template <typename T>
-Matrix minMaxRgbFeatures(const Image& image, const std::vector<T>& s, double weight) {
+FeatureLookup minMaxRgbLookup(const Image& image, const std::vector<T>& s, double weight) {
+  FeatureLookup l;
+  l.width = std::size_t(image.width);
+  l.height = std::size_t(image.height);
+  if constexpr (sizeof(T) == 1)
+    l.samples8 = s.data();
+  else
+    l.samples16 = s.data();
   T lo[3], hi[3];
   channelExtremes(s, lo, hi);
-  std::vector<double> table[3];
   for (int c = 0; c < 3; ++c) {
-    table[c].resize(std::size_t(hi[c]) + 1);
+    l.colour[c].assign(std::size_t(hi[c]) + 1, 0.0);
     for (std::size_t v = lo[c]; v <= hi[c]; ++v)
-      table[c][v] = minMaxValue(double(v), double(lo[c]), double(hi[c]));
+      l.colour[c][v] = minMaxValue(double(v), double(lo[c]), double(hi[c]));
   }
-  const std::size_t width = image.width;
-  const std::size_t height = image.height;
-  std::vector<double> xs(width), ys(height);
-  for (std::size_t x = 0; x < width; ++x)
-    xs[x] = minMaxValue(double(x), 0.0, double(width - 1)) * weight;
-  for (std::size_t y = 0; y < height; ++y)
-    ys[y] = minMaxValue(double(y), 0.0, double(height - 1)) * weight;
+  l.xs.resize(l.width);
+  l.ys.resize(l.height);
+  for (std::size_t x = 0; x < l.width; ++x)
+    l.xs[x] = minMaxValue(double(x), 0.0, double(l.width - 1)) * weight;
+  for (std::size_t y = 0; y < l.height; ++y)
+    l.ys[y] = minMaxValue(double(y), 0.0, double(l.height - 1)) * weight;
+  return l;
+}
 
-  Matrix m(image.pixelCount(), kColumns);
-  const double* r0 = table[0].data();
-  const double* g0 = table[1].data();
-  const double* b0 = table[2].data();
+// The common case's matrix in one pass from its lookup. Bit-identical to the generic path.
+template <typename T>
+Matrix lookupFeatures(const FeatureLookup& l, const T* s) {
+  const std::size_t width = l.width;
+  Matrix m(l.pixelCount(), kColumns);
+  const double* r0 = l.colour[0].data();
+  const double* g0 = l.colour[1].data();
+  const double* b0 = l.colour[2].data();
+  const double* xs = l.xs.data();
 #pragma omp parallel for schedule(static) if (m.rows > kParallelRows)
-  for (std::ptrdiff_t y = 0; y < std::ptrdiff_t(height); ++y) {
-    const T* p = s.data() + std::size_t(y) * width * 3;
+  for (std::ptrdiff_t y = 0; y < std::ptrdiff_t(l.height); ++y) {
+    const T* p = s + std::size_t(y) * width * 3;
     double* r = m.row(std::size_t(y) * width);
-    const double yv = ys[y];
+    const double yv = l.ys[std::size_t(y)];
     for (std::size_t x = 0; x < width; ++x, p += 3, r += kColumns) {
       r[0] = r0[p[0]];
       r[1] = g0[p[1]];
@@ -322,15 +335,29 @@ void checkSpatialWeight(double weight, std::string_view what) {
         formatDouble(kMaxSpatialWeight) + " (larger weights overflow fp16 distances)");
 }
 
+std::optional<FeatureLookup> featureLookup(const Image& image, const FeatureOptions& options) {
+  requireImage(image);
+  checkSpatialWeight(options.spatialWeight, "spatial weight");
+  if (options.colorSpace != ColorSpace::Rgb || options.normalization != Normalization::MinMax)
+    return std::nullopt;
+  return image.bitDepth == 16 ? minMaxRgbLookup(image, image.rgb16, options.spatialWeight)
+                              : minMaxRgbLookup(image, image.rgb8, options.spatialWeight);
+}
+
 Matrix makeFeatures(const Image& image, const FeatureOptions& options) {
+  return makeImageFeatures(image, options).rows;
+}
+
+ImageFeatures makeImageFeatures(const Image& image, const FeatureOptions& options) {
   requireImage(image);
   const double weight = options.spatialWeight;
   checkSpatialWeight(weight, "spatial weight");
   const bool is16 = image.bitDepth == 16;
 
-  if (options.colorSpace == ColorSpace::Rgb && options.normalization == Normalization::MinMax)
-    return is16 ? minMaxRgbFeatures(image, image.rgb16, weight)
-                : minMaxRgbFeatures(image, image.rgb8, weight);
+  if (std::optional<FeatureLookup> l = featureLookup(image, options)) {
+    Matrix rows = is16 ? lookupFeatures(*l, l->samples16) : lookupFeatures(*l, l->samples8);
+    return {std::move(rows), std::move(l)};
+  }
 
   Matrix m(image.pixelCount(), kColumns);
   if (options.colorSpace == ColorSpace::Lab) {
@@ -352,7 +379,7 @@ Matrix makeFeatures(const Image& image, const FeatureOptions& options) {
       m.row(i)[4] *= weight;
     }
   }
-  return m;
+  return {std::move(m), std::nullopt};
 }
 
 }  // namespace kmseg

@@ -27,7 +27,8 @@ void validateWorkflow(const WorkflowParams& params, std::size_t n) {
 
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
-                           const WorkflowProgress& progress, const std::atomic<bool>* cancel) {
+                           const WorkflowProgress& progress, const std::atomic<bool>* cancel,
+                           const FeatureLookup* lookup) {
   if (features.empty()) throw InvalidArgument("the feature matrix is empty");
   validateWorkflow(params, features.rows);
   checkFinite(features, "the feature matrix");
@@ -49,7 +50,7 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
   };
 
   // Every run takes the same features: the engine may check and upload them once.
-  const KeptData kept(engine, features);
+  const KeptData kept(engine, features, lookup);
   out.reference = runOne(0, Mode::Fp64, Working::Fp64);
   const int k = params.kmeans.k;
   // Each mode's comparison with the reference runs on a thread of its own while the next mode

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,6 +57,17 @@ double checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& p
   return dataMaxAbs;
 }
 
+/// rows[i] = lookupRow(l, i) for i < n: the engine's fp64 rows of kept data that has a lookup,
+/// built on the device instead of copied from the host.
+__global__ void lookupRowsKernel(cuda::DeviceLookup l, double* rows, long long n) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  double x[5];
+  cuda::lookupRow(l, unsigned(i), x);
+#pragma unroll
+  for (int q = 0; q < 5; ++q) rows[5 * i + q] = x[q];
+}
+
 class CudaEngine final : public KMeansEngine {
  public:
   explicit CudaEngine(CudaDeviceInfo info) : info_(std::move(info)) {}
@@ -79,7 +92,9 @@ class CudaEngine final : public KMeansEngine {
     return r;
   }
 
-  void keepData(const Matrix* data) override { kept_ = Kept{data}; }
+  void keepData(const Matrix* data, const FeatureLookup* lookup) override {
+    kept_ = Kept{data, data ? lookup : nullptr};
+  }
 
   static std::unique_ptr<cuda::LloydRun> makeRun(const cuda::RunInputs& in) {
     switch (lowPrecision(in.params.mode)) {
@@ -102,27 +117,77 @@ class CudaEngine final : public KMeansEngine {
   /// The data of keepData and what the engine keeps of it between runs.
   struct Kept {
     const Matrix* data = nullptr;
-    std::optional<double> maxAbs;       ///< once checked: finite, with this largest magnitude
+    const FeatureLookup* lookup = nullptr;  ///< the data's lookup, if it has one
+    std::optional<double> maxAbs;           ///< once checked: finite, with this largest magnitude
     cuda::DeviceBuffer<double> rows64;  ///< its rows on the device, once the first run needs them
     cuda::DeviceBuffer<float> rows32;   ///< rounded to fp32, once a run with W = fp32 needs them
+    cuda::DeviceBuffer<unsigned char> samples;  ///< the lookup's samples on the device
+    cuda::DeviceBuffer<double> tables;          ///< its colour, x and y tables, one after another
+    cuda::DeviceLookup device;                  ///< pointers into those two
   };
 
+  // The lookup's bytes on the device: samples, then the tables.
+  static std::size_t lookupBytes(const FeatureLookup& l) {
+    const std::size_t samples = l.pixelCount() * 3 * (l.samples16 ? 2 : 1);
+    return samples + sizeof(double) * (l.colour[0].size() + l.colour[1].size() +
+                                       l.colour[2].size() + l.xs.size() + l.ys.size());
+  }
+
+  // Throws InvalidArgument unless `l` can describe `data`: its size, and the rows it rebuilds at
+  // the first and last pixel and at 4096 spread over the rest, bit for bit. (makeImageFeatures
+  // makes both from the same tables; this catches a lookup passed with the wrong matrix.)
+  static void checkLookup(const FeatureLookup& l, const Matrix& data) {
+    const std::size_t n = data.rows;
+    const bool tables = l.width > 0 && l.xs.size() == l.width && l.ys.size() == l.height &&
+                        (l.samples8 || l.samples16);
+    if (!tables || data.cols != kImageFeatureCount || l.pixelCount() != n)
+      throw InvalidArgument("the feature lookup (" + std::to_string(l.width) + " x " +
+                            std::to_string(l.height) + " pixels) does not describe the " +
+                            std::to_string(n) + " x " + std::to_string(data.cols) +
+                            " feature matrix");
+    auto checkRow = [&](std::size_t i) {
+      for (std::size_t q = 0; q < kImageFeatureCount; ++q) {
+        const bool inTable = q >= 3 || l.sample(i, int(q)) < l.colour[q].size();
+        const double got = inTable ? l.value(i, q) : std::nan("");
+        if (std::memcmp(&got, &data.values[i * data.cols + q], sizeof got) != 0)
+          throw InvalidArgument("the feature lookup does not give the feature matrix: row " +
+                                std::to_string(i) + ", feature " + std::to_string(q));
+      }
+    };
+    const std::size_t step = std::max<std::size_t>(1, n / 4096);
+    for (std::size_t i = 0; i < n; i += step) checkRow(i);
+    checkRow(n - 1);
+  }
+
   // Puts the kept data's rows on the device unless they are there, and points the run at them:
-  // fp64 rows from the host (the SSE and W = fp64 read them), fp32 rows rounded from those on the
-  // device. Only while the copies it adds take at most half the free device memory: otherwise
-  // the run uploads the rows it needs and the engine has not kept, as it does without keepData.
+  // fp64 rows (the SSE and W = fp64 read them), from the host or, when the data has a lookup,
+  // rebuilt on the device from its samples; fp32 rows rounded from those on the device. The
+  // lookup itself goes too, for the SSE. Only while the copies it adds take at most half the free
+  // device memory: otherwise the run uploads the rows it needs and the engine has not kept, as it
+  // does without keepData.
   void keepOnDevice(const Matrix& data, cuda::RunInputs& in) {
     const std::size_t nd = data.values.size();
     const bool want32 = in.working == Precision::Fp32;
+    const FeatureLookup* lookup = kept_.lookup;
+    const bool addLookup = lookup && !kept_.samples.get();
+    if (addLookup) checkLookup(*lookup, data);
     const std::size_t add = (kept_.rows64.get() ? 0 : nd * sizeof(double)) +
-                            (want32 && !kept_.rows32.get() ? nd * sizeof(float) : 0);
+                            (want32 && !kept_.rows32.get() ? nd * sizeof(float) : 0) +
+                            (addLookup ? lookupBytes(*lookup) : 0);
     std::size_t freeB = 0, totalB = 0;
     if (add > 0) KMSEG_CUDA_CHECK(cudaMemGetInfo(&freeB, &totalB));
     if (add > 0 && add <= freeB / 2) {
       cuda::Stream stream;
+      if (addLookup) keepLookup(*lookup, stream.get());
       if (!kept_.rows64.get()) {
         cuda::DeviceBuffer<double> rows(nd, "the kept fp64 features");
-        cuda::uploadValues(rows.get(), data.values.data(), nd, stream.get(), staging_);
+        if (kept_.device.width) {
+          KMSEG_LAUNCH_LINEAR(lookupRowsKernel, data.rows, stream.get(), kept_.device, rows.get(),
+                              (long long)data.rows);
+          KMSEG_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        } else {
+          cuda::uploadValues(rows.get(), data.values.data(), nd, stream.get(), staging_);
+        }
         kept_.rows64 = std::move(rows);
       }
       if (want32 && !kept_.rows32.get()) {
@@ -135,6 +200,39 @@ class CudaEngine final : public KMeansEngine {
     }
     in.deviceRows64 = kept_.rows64.get();
     in.deviceRows32 = kept_.rows32.get();
+    in.lookup = kept_.device;
+  }
+
+  // Copies a lookup's samples and tables to the device and sets kept_.device.
+  void keepLookup(const FeatureLookup& l, cudaStream_t stream) {
+    const std::size_t sampleBytes = l.pixelCount() * 3 * (l.samples16 ? 2 : 1);
+    cuda::DeviceBuffer<unsigned char> samples(sampleBytes, "the kept pixel samples");
+    cuda::uploadBytes(
+        samples.get(),
+        l.samples16 ? static_cast<const void*>(l.samples16) : static_cast<const void*>(l.samples8),
+        sampleBytes, stream, staging_);
+    std::vector<double> host;
+    std::size_t offsets[5];
+    const std::vector<double>* parts[5] = {&l.colour[0], &l.colour[1], &l.colour[2], &l.xs, &l.ys};
+    for (int t = 0; t < 5; ++t) {
+      offsets[t] = host.size();
+      host.insert(host.end(), parts[t]->begin(), parts[t]->end());
+    }
+    cuda::DeviceBuffer<double> tables(host.size(), "the kept feature tables");
+    KMSEG_CUDA_CHECK(cudaMemcpy(tables.get(), host.data(), host.size() * sizeof(double),
+                                cudaMemcpyHostToDevice));
+    cuda::DeviceLookup d;
+    if (l.samples16)
+      d.samples16 = reinterpret_cast<const unsigned short*>(samples.get());
+    else
+      d.samples8 = samples.get();
+    for (int c = 0; c < 3; ++c) d.colour[c] = tables.get() + offsets[c];
+    d.xs = tables.get() + offsets[3];
+    d.ys = tables.get() + offsets[4];
+    d.width = unsigned(l.width);
+    kept_.samples = std::move(samples);
+    kept_.tables = std::move(tables);
+    kept_.device = d;
   }
 
   CudaDeviceInfo info_;

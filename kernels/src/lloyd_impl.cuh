@@ -199,6 +199,7 @@ struct Args {
   const LowT* xl;          // N x D low-precision rows (== xw when LowT == WT)
   const WT* xw;            // N x D working-precision rows
   const double* x64;       // N x D original rows for the SSE (== xw when WT == double)
+  DeviceLookup lookup;     // or the SSE's rows rebuilt from the image (width 0: not)
   LabelT* labels;          // N labels, updated in place
   LabelT* twoAgo;          // N labels of two iterations earlier, updated in place
   WT* cw;                  // K x D centres in W
@@ -2787,7 +2788,20 @@ __global__ void __launch_bounds__(kAssignThreads) sseKernel(A a) {
       s = s + t * t;
     }
   };
-  if (d >= kSseWarpRowsMinD) {
+  if (a.lookup.width) {
+    // The same rows, rebuilt from 3 or 6 bytes of samples instead of read as 40 (d == 5); the
+    // same terms in the same order.
+    for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      double x[5];
+      lookupRow(a.lookup, unsigned(i), x);
+      const auto* c = a.cw + std::size_t(a.labels[i]) * 5;
+#pragma unroll
+      for (int q = 0; q < 5; ++q) {
+        const double t = x[q] - double(c[q]);
+        s = s + t * t;
+      }
+    }
+  } else if (d >= kSseWarpRowsMinD) {
     const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
     for (long long i = begin + warp; i < end; i += kWarps) addRow(i, lane, 32);
   } else {
@@ -2923,7 +2937,7 @@ class Run final : public LloydRun {
     }
     if (!fast_) blocks_ = int((n_ + chunk_ - 1) / chunk_);
 
-    const bool needX64 = p.traceSse && !std::is_same_v<WT, double>;
+    const bool needX64 = p.traceSse && !std::is_same_v<WT, double> && !in.lookup.width;
     const WT* keptW = nullptr;
     if constexpr (std::is_same_v<WT, double>)
       keptW = in.deviceRows64;
@@ -3030,6 +3044,7 @@ class Run final : public LloydRun {
     args_.fastSlotShift = fastSlotShift_;
     args_.xw = xw;
     args_.x64 = std::is_same_v<WT, double> ? reinterpret_cast<const double*>(xw) : x64;
+    args_.lookup = in.lookup;
     args_.labels = labels_.get();
     args_.twoAgo = twoAgo_.get();
     args_.cw = cw_.get();

@@ -15,6 +15,17 @@ namespace kmseg::cuda {
 
 class Staging;
 
+/// An image's features as lookups on the device (FeatureLookup: samples and tables): row i is
+/// rebuilt from them (lookupRow) instead of read. width == 0: there is none.
+struct DeviceLookup {
+  const unsigned char* samples8 = nullptr;    ///< N x 3, or null
+  const unsigned short* samples16 = nullptr;  ///< N x 3 for 16-bit images, or null
+  const double* colour[3] = {nullptr, nullptr, nullptr};
+  const double* xs = nullptr;
+  const double* ys = nullptr;
+  unsigned width = 0;
+};
+
 /// What one run needs. The references (and the staging buffers) must outlive the run object.
 struct RunInputs {
   const Matrix& data;
@@ -30,6 +41,9 @@ struct RunInputs {
   /// run uploads the rows it needs itself.
   const double* deviceRows64 = nullptr;
   const float* deviceRows32 = nullptr;
+  /// The data as lookups on the device, kept by the engine (KMeansEngine::keepData with a
+  /// lookup): the SSE rebuilds the fp64 rows from it instead of reading them.
+  DeviceLookup lookup;
 };
 
 /// Device time and sizes of one or more launches of a run's graph.

@@ -14,6 +14,7 @@
 #include "device_math.cuh"
 #include "kmseg/matrix.h"
 #include "kmseg/parallel.h"
+#include "lloyd_run.h"
 
 namespace kmseg::cuda {
 
@@ -46,6 +47,49 @@ void uploadValues(T* dst, const double* src, std::size_t n, cudaStream_t s, Stag
     copied[i & 1].record(s);
   }
   KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/// Copies bytes [0, n) of src to dst on the device through the staging buffers, as uploadValues
+/// does (the host copies the next chunk into pinned memory on all its threads while the last one
+/// is copied). Returns when the copies are done.
+inline void uploadBytes(void* dst, const void* src, std::size_t n, cudaStream_t s,
+                        Staging& staging) {
+  if (n == 0) return;
+  const auto hold = staging.lock();
+  unsigned char* stage[2] = {static_cast<unsigned char*>(staging.buffer(0)),
+                             static_cast<unsigned char*>(staging.buffer(1))};
+  const auto* from = static_cast<const unsigned char*>(src);
+  auto* to = static_cast<unsigned char*>(dst);
+  Event copied[2];
+  for (std::size_t b = 0, i = 0; b < n; b += kHostStageBytes, ++i) {
+    const std::size_t m = std::min(kHostStageBytes, n - b);
+    if (i >= 2) KMSEG_CUDA_CHECK(cudaEventSynchronize(copied[i & 1].get()));
+    unsigned char* into = stage[i & 1];
+    parallelRanges(m, std::size_t(1) << 20, [&](std::size_t begin, std::size_t end) {
+      std::copy(from + b + begin, from + b + end, into + begin);
+    });
+    KMSEG_CUDA_CHECK(cudaMemcpyAsync(to + b, into, m, cudaMemcpyHostToDevice, s));
+    copied[i & 1].record(s);
+  }
+  KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/// Row i (< 2^32) of an image's features, rebuilt from its lookup: FeatureLookup::value on the
+/// device, the same doubles.
+__device__ inline void lookupRow(const DeviceLookup& l, unsigned i, double (&x)[5]) {
+  const unsigned y = i / l.width, col = i - y * l.width;
+  unsigned v[3];
+  if (l.samples16) {
+#pragma unroll
+    for (int c = 0; c < 3; ++c) v[c] = __ldg(l.samples16 + 3ull * i + c);
+  } else {
+#pragma unroll
+    for (int c = 0; c < 3; ++c) v[c] = __ldg(l.samples8 + 3ull * i + c);
+  }
+#pragma unroll
+  for (int c = 0; c < 3; ++c) x[c] = __ldg(l.colour[c] + v[c]);
+  x[3] = __ldg(l.xs + col);
+  x[4] = __ldg(l.ys + y);
 }
 
 /// Copies the labels src[0, n) from the device into out[0, n) as int32, chunk by chunk through

@@ -511,10 +511,12 @@ class KeepRecorder final : public KMeansEngine {
     events.push_back(&data == kept_ ? "run kept" : "run other");
     return cpu_->run(data, init, params, control);
   }
-  void keepData(const Matrix* data) override {
+  void keepData(const Matrix* data, const FeatureLookup* lookup) override {
     kept_ = data;
-    events.push_back(data ? "keep" : "release");
+    events.push_back(data ? (lookup ? "keep with lookup" : "keep") : "release");
+    if (lookup) lookup_ = lookup;
   }
+  const FeatureLookup* lookup_ = nullptr;
   std::vector<std::string> events;
 
  private:
@@ -549,6 +551,21 @@ TEST(Workflow, KeepsTheFeaturesWithTheEngineForItsRuns) {
   }
   EXPECT_EQ(a.labels, b.labels);
   EXPECT_EQ(a.centroids.values, b.centroids.values);
+
+  // An image's lookup goes with its features to the engine, for exactly the same runs.
+  Image image;
+  image.width = 20;
+  image.height = 15;
+  image.rgb8.resize(image.pixelCount() * 3);
+  for (std::size_t i = 0; i < image.rgb8.size(); ++i) image.rgb8[i] = std::uint8_t(i * 37 % 251);
+  const ImageFeatures f = makeImageFeatures(image);
+  ASSERT_TRUE(f.lookup);
+  engine.events.clear();
+  runWorkflow(engine, f.rows, {Mode::Fp16}, p, {}, nullptr, &*f.lookup);
+  const std::vector<std::string> withLookup = {"keep with lookup", "run kept", "run kept",
+                                               "release"};
+  EXPECT_EQ(engine.events, withLookup);
+  EXPECT_EQ(engine.lookup_, &*f.lookup);
 }
 
 TEST(Init, RandomPointsAreDistinctRowsAndReproducible) {

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kmseg/error.h"
@@ -191,6 +192,51 @@ TEST(Features, FastPathEqualsGenericPathBitForBit) {
       EXPECT_TRUE(m.values == expected.values)
           << image->width << " x " << image->height << " weight " << weight;
     }
+}
+
+// The lookup that engines rebuild rows from gives makeFeatures's matrix bit for bit, row by row,
+// and exists only where the columns are tables (RGB, min-max).
+TEST(Features, LookupGivesTheMatrixBitForBit) {
+  const Image coffee = kmseg::loadImage(kmseg::test::sourcePath("samples/coffee.png"));
+  Image deep;
+  deep.width = 37;
+  deep.height = 23;
+  deep.bitDepth = 16;
+  std::mt19937 random(20261202);
+  for (std::size_t i = 0; i < deep.pixelCount() * 3; ++i)
+    deep.rgb16.push_back(std::uint16_t(500 + random() % 65000));
+  const Image column1 = image8(1, 4, {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0, 0});
+  for (const Image* image : std::array<const Image*, 3>{&coffee, &deep, &column1})
+    for (double weight : {1.0, 0.7, 0.0}) {
+      FeatureOptions options;
+      options.spatialWeight = weight;
+      const kmseg::ImageFeatures f = kmseg::makeImageFeatures(*image, options);
+      ASSERT_TRUE(f.lookup);
+      const kmseg::FeatureLookup& l = *f.lookup;
+      EXPECT_EQ(l.pixelCount(), image->pixelCount());
+      EXPECT_EQ(l.samples16 != nullptr, image->bitDepth == 16);
+      EXPECT_TRUE(f.rows.values == kmseg::makeFeatures(*image, options).values);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < f.rows.rows; ++i)
+        for (std::size_t q = 0; q < 5; ++q) differ += l.value(i, q) != f.rows(i, q);
+      EXPECT_EQ(differ, 0u) << image->width << " x " << image->height << " weight " << weight;
+      const auto alone = kmseg::featureLookup(*image, options);
+      ASSERT_TRUE(alone);
+      for (int c = 0; c < 3; ++c) EXPECT_EQ(alone->colour[c], l.colour[c]);
+      EXPECT_EQ(alone->xs, l.xs);
+      EXPECT_EQ(alone->ys, l.ys);
+    }
+  for (auto [c, n] : {std::pair{ColorSpace::Lab, Normalization::MinMax},
+                      std::pair{ColorSpace::Rgb, Normalization::ZScore},
+                      std::pair{ColorSpace::Lab, Normalization::ZScore}}) {
+    const kmseg::ImageFeatures f = kmseg::makeImageFeatures(coffee, {c, n, 1.0});
+    EXPECT_FALSE(f.lookup);
+    EXPECT_FALSE(kmseg::featureLookup(coffee, {c, n, 1.0}));
+    EXPECT_TRUE(f.rows.values == kmseg::makeFeatures(coffee, {c, n, 1.0}).values);
+  }
+  EXPECT_THROW(kmseg::featureLookup(image8(0, 0, {})), InvalidArgument);
+  EXPECT_THROW(kmseg::featureLookup(coffee, {ColorSpace::Rgb, Normalization::MinMax, 40.0}),
+               InvalidArgument);
 }
 
 TEST(Features, ZScoreOfTwoPixels) {

@@ -953,6 +953,67 @@ TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
   EXPECT_THROW(keeping->run(data, changedInit, p), DataError);
 }
 
+// Kept data with its image's lookup: the fp64 rows built on the device from the pixels, and the
+// SSE of every iteration rebuilt from them, give every run the result it gets without keeping,
+// bit for bit (8- and 16-bit samples, spatial weights 1 and 0.5, every mode, W = fp64 too). A
+// lookup that does not describe the matrix is refused before any kernel.
+TEST(CudaEngine, KeptLookupGivesEveryRunItsPlainResult) {
+  KMSEG_REQUIRE_GPU();
+  const Image coffee = loadImage(test::sourcePath("samples/coffee.png"));
+  Image deep;  // 16-bit: smooth ramps with noise, 301 x 203
+  deep.width = 301;
+  deep.height = 203;
+  deep.bitDepth = 16;
+  std::mt19937 random(1202);
+  for (std::size_t i = 0; i < deep.pixelCount(); ++i)
+    for (int c = 0; c < 3; ++c)
+      deep.rgb16.push_back(std::uint16_t((i % 301) * 97 * (c + 1) % 50000 + random() % 4000));
+  auto plain = makeCudaEngine();
+  auto keeping = makeCudaEngine();
+  for (const Image* image : std::array<const Image*, 2>{&coffee, &deep}) {
+    for (const double weight : {1.0, 0.5}) {
+      FeatureOptions o;
+      o.spatialWeight = weight;
+      const ImageFeatures f = makeImageFeatures(*image, o);
+      ASSERT_TRUE(f.lookup);
+      const Matrix init =
+          gatherRows(f.rows, chooseInitialCentres(f.rows, 8, Init::RandomPoints, 5));
+      const KeptData kept(*keeping, f.rows, &*f.lookup);
+      std::vector<std::pair<Mode, Working>> cases;
+      for (Mode m : kAllModes) cases.push_back({m, Working::Auto});
+      cases.push_back({Mode::Fp16Fp32, Working::Fp64});
+      for (const auto& [mode, working] : cases) {
+        SCOPED_TRACE(std::to_string(image->bitDepth) + "-bit, weight " + std::to_string(weight) +
+                     ", " + std::string(modeName(mode)) +
+                     (working == Working::Fp64 ? ", W = fp64" : ""));
+        KMeansParams p = paramsFor(mode, 8, 30);
+        p.working = working;
+        p.imageWidth = image->width;
+        expectSameRun(keeping->run(f.rows, init, p), plain->run(f.rows, init, p));
+      }
+    }
+  }
+  // Lookups that do not describe the kept matrix: other options, another image.
+  const ImageFeatures f = makeImageFeatures(coffee);
+  const Matrix init = gatherRows(f.rows, chooseInitialCentres(f.rows, 8, Init::RandomPoints, 5));
+  FeatureOptions half;
+  half.spatialWeight = 0.5;
+  const ImageFeatures g = makeImageFeatures(coffee, half);
+  const ImageFeatures h = makeImageFeatures(deep);
+  for (const FeatureLookup* wrong : {&*g.lookup, &*h.lookup}) {
+    const KeptData kept(*keeping, f.rows, wrong);
+    try {
+      keeping->run(f.rows, init, paramsFor(Mode::Fp32, 8, 5));
+      ADD_FAILURE() << "a lookup of other features was taken";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("feature lookup"), std::string::npos) << e.what();
+    }
+  }
+  // The engine is still sound after refusing them.
+  const KMeansParams p = paramsFor(Mode::Fp16Fp32, 8, 20);
+  expectSameRun(keeping->run(f.rows, init, p), plain->run(f.rows, init, p));
+}
+
 TEST(CudaEngine, RejectsBadInputBeforeAnyKernel) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "kmseg/features.h"
 #include "kmseg/kmeans.h"
 #include "kmseg/matrix.h"
 
@@ -31,19 +32,29 @@ class KMeansEngine {
   /// Tells the engine that the runs that follow take `data` (this object, unchanged) until the
   /// next call; null ends that. The engine may then keep what it derives from the data between
   /// those runs: the CUDA engine checks the data once and keeps its rows on the device, instead of
-  /// checking and uploading them in every run. The caller must not change or free `data` while it
-  /// is kept. Runs on other data are not affected. Called from the thread that calls run().
-  /// The default keeps nothing. Use KeptData rather than calling it directly.
-  virtual void keepData(const Matrix* data) { (void)data; }
+  /// checking and uploading them in every run. `lookup`, when not null, describes `data` exactly
+  /// (featureLookup of the image and options that made it): the CUDA engine then builds the rows
+  /// on the device from the pixels and rebuilds them from the pixels for each iteration's SSE
+  /// instead of reading them. The caller must not change or free `data`, `lookup` or the image
+  /// while they are kept. Runs on other data are not affected. Called from the thread that calls
+  /// run(). The default keeps nothing. Use KeptData rather than calling it directly.
+  virtual void keepData(const Matrix* data, const FeatureLookup* lookup) {
+    (void)data;
+    (void)lookup;
+  }
 };
 
-/// Keeps `data` with an engine for the runs of a scope (KMeansEngine::keepData).
+/// Keeps `data` (and its lookup, if any) with an engine for the runs of a scope
+/// (KMeansEngine::keepData).
 class KeptData {
  public:
-  KeptData(KMeansEngine& engine, const Matrix& data) : engine_(engine) { engine_.keepData(&data); }
+  KeptData(KMeansEngine& engine, const Matrix& data, const FeatureLookup* lookup = nullptr)
+      : engine_(engine) {
+    engine_.keepData(&data, lookup);
+  }
   KeptData(const KeptData&) = delete;
   KeptData& operator=(const KeptData&) = delete;
-  ~KeptData() { engine_.keepData(nullptr); }
+  ~KeptData() { engine_.keepData(nullptr, nullptr); }
 
  private:
   KMeansEngine& engine_;

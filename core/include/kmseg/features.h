@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include "kmseg/config.h"
 #include "kmseg/image.h"
@@ -74,6 +77,42 @@ void checkSpatialWeight(double weight, std::string_view what);
 Matrix makeFeatures(const Image& image, const FeatureOptions& options = {});
 /// The columns of makeFeatures's matrix: (c0, c1, c2, x, y).
 inline constexpr std::size_t kImageFeatureCount = 5;
+
+/// An image's RGB, min-max feature matrix as lookups: row i = (c[0][s0], c[1][s1], c[2][s2],
+/// xs[i % width], ys[i / width]) for the samples s0, s1, s2 of pixel i. makeFeatures builds its
+/// matrix from these very tables, so an engine may rebuild the rows from the pixels (3 or 6 bytes
+/// each) instead of reading them (40 bytes each). It points into the image's sample buffer: the
+/// image must outlive it and stay unchanged.
+struct FeatureLookup {
+  std::size_t width = 0;
+  std::size_t height = 0;
+  const std::uint8_t* samples8 = nullptr;    ///< width * height * 3 samples, or null
+  const std::uint16_t* samples16 = nullptr;  ///< the same for 16-bit images, or null
+  std::vector<double> colour[3];             ///< feature of a sample value, 0 ... largest sample
+  std::vector<double> xs, ys;                ///< feature of a column and of a row
+
+  std::size_t pixelCount() const { return width * height; }
+  /// Sample c (0 = R, 1 = G, 2 = B) of pixel i.
+  std::size_t sample(std::size_t i, int c) const {
+    return samples16 ? samples16[i * 3 + c] : samples8[i * 3 + c];
+  }
+  /// Feature q of pixel i: the value of makeFeatures's matrix, bit for bit.
+  double value(std::size_t i, std::size_t q) const {
+    return q < 3 ? colour[q][sample(i, int(q))] : q == 3 ? xs[i % width] : ys[i / width];
+  }
+};
+
+/// The lookup of makeFeatures(image, options) when its columns are tables (RGB colour, min-max
+/// normalisation), else nothing. Throws what makeFeatures throws for a bad image or weight.
+std::optional<FeatureLookup> featureLookup(const Image& image, const FeatureOptions& options = {});
+
+/// makeFeatures's matrix with its featureLookup, both from one pass over the samples.
+struct ImageFeatures {
+  Matrix rows;
+  std::optional<FeatureLookup> lookup;  ///< points into the image's samples
+};
+/// makeFeatures(image, options) and featureLookup(image, options) at once.
+ImageFeatures makeImageFeatures(const Image& image, const FeatureOptions& options = {});
 
 /// Normalises every column of a generic N x D matrix in place (see Normalization). Constant
 /// columns become 0, never NaN; an empty matrix is left as it is. Throws DataError when the

@@ -57,10 +57,12 @@ void validateWorkflow(const WorkflowParams& params, std::size_t n);
 /// centres (chosen once with params.init and params.seed), and compares each with the
 /// reference. A requested fp64 mode with fp64 working precision reuses the reference run.
 /// Checks `params` with validateWorkflow before any run. Throws what the engine throws;
-/// Cancelled when `cancel` becomes true.
+/// Cancelled when `cancel` becomes true. `lookup`, when not null, is featureLookup of the image
+/// and options that made `features`; the engine may use it (KMeansEngine::keepData).
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress = {},
-                           const std::atomic<bool>* cancel = nullptr);
+                           const std::atomic<bool>* cancel = nullptr,
+                           const FeatureLookup* lookup = nullptr);
 
 }  // namespace kmseg
