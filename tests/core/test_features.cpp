@@ -34,6 +34,18 @@ Image image8(int width, int height, std::vector<std::uint8_t> rgb) {
   return image;
 }
 
+// A 16-bit image of random samples in [lo, lo + span).
+Image random16(int width, int height, std::uint32_t seed, unsigned lo, unsigned span) {
+  Image image;
+  image.width = width;
+  image.height = height;
+  image.bitDepth = 16;
+  std::mt19937 random(seed);
+  for (std::size_t i = 0; i < image.pixelCount() * 3; ++i)
+    image.rgb16.push_back(std::uint16_t(lo + random() % span));
+  return image;
+}
+
 // The raw (c0, c1, c2, x, y) rows of an RGB image, written out in the test.
 Matrix rawRgb(const Image& image) {
   Matrix m(image.pixelCount(), 5);
@@ -170,13 +182,7 @@ TEST(Features, OnePixelGivesZerosNotNaN) {
 
 TEST(Features, FastPathEqualsGenericPathBitForBit) {
   const Image coffee = kmseg::loadImage(kmseg::test::sourcePath("samples/coffee.png"));
-  Image deep;
-  deep.width = 37;
-  deep.height = 23;
-  deep.bitDepth = 16;
-  std::mt19937 random(20240531);
-  for (std::size_t i = 0; i < deep.pixelCount() * 3; ++i)
-    deep.rgb16.push_back(std::uint16_t(1000 + random() % 60000));
+  const Image deep = random16(37, 23, 20240531, 1000, 60000);
   for (const Image* image : std::array<const Image*, 2>{&coffee, &deep})
     for (double weight : {1.0, 0.7, 3.0}) {
       Matrix expected = rawRgb(*image);
@@ -198,13 +204,7 @@ TEST(Features, FastPathEqualsGenericPathBitForBit) {
 // and exists only where the columns are tables (RGB, min-max).
 TEST(Features, LookupGivesTheMatrixBitForBit) {
   const Image coffee = kmseg::loadImage(kmseg::test::sourcePath("samples/coffee.png"));
-  Image deep;
-  deep.width = 37;
-  deep.height = 23;
-  deep.bitDepth = 16;
-  std::mt19937 random(20261202);
-  for (std::size_t i = 0; i < deep.pixelCount() * 3; ++i)
-    deep.rgb16.push_back(std::uint16_t(500 + random() % 65000));
+  const Image deep = random16(37, 23, 20261202, 500, 65000);
   const Image column1 = image8(1, 4, {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0, 0});
   for (const Image* image : std::array<const Image*, 3>{&coffee, &deep, &column1})
     for (double weight : {1.0, 0.7, 0.0}) {
