@@ -335,13 +335,22 @@ void checkSpatialWeight(double weight, std::string_view what) {
         formatDouble(kMaxSpatialWeight) + " (larger weights overflow fp16 distances)");
 }
 
-std::optional<FeatureLookup> featureLookup(const Image& image, const FeatureOptions& options) {
-  requireImage(image);
-  checkSpatialWeight(options.spatialWeight, "spatial weight");
+namespace {
+
+// featureLookup for an image and weight that have passed their checks.
+std::optional<FeatureLookup> checkedLookup(const Image& image, const FeatureOptions& options) {
   if (options.colorSpace != ColorSpace::Rgb || options.normalization != Normalization::MinMax)
     return std::nullopt;
   return image.bitDepth == 16 ? minMaxRgbLookup(image, image.rgb16, options.spatialWeight)
                               : minMaxRgbLookup(image, image.rgb8, options.spatialWeight);
+}
+
+}  // namespace
+
+std::optional<FeatureLookup> featureLookup(const Image& image, const FeatureOptions& options) {
+  requireImage(image);
+  checkSpatialWeight(options.spatialWeight, "spatial weight");
+  return checkedLookup(image, options);
 }
 
 Matrix makeFeatures(const Image& image, const FeatureOptions& options) {
@@ -354,7 +363,7 @@ ImageFeatures makeImageFeatures(const Image& image, const FeatureOptions& option
   checkSpatialWeight(weight, "spatial weight");
   const bool is16 = image.bitDepth == 16;
 
-  if (std::optional<FeatureLookup> l = featureLookup(image, options)) {
+  if (std::optional<FeatureLookup> l = checkedLookup(image, options)) {
     Matrix rows = is16 ? lookupFeatures(*l, l->samples16) : lookupFeatures(*l, l->samples8);
     return {std::move(rows), std::move(l)};
   }

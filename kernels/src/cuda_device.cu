@@ -209,8 +209,8 @@ class CudaEngine final : public KMeansEngine {
     cuda::DeviceBuffer<unsigned char> samples(sampleBytes, "the kept pixel samples");
     cuda::uploadBytes(
         samples.get(),
-        l.samples16 ? static_cast<const void*>(l.samples16) : static_cast<const void*>(l.samples8),
-        sampleBytes, stream, staging_);
+        l.samples16 ? reinterpret_cast<const unsigned char*>(l.samples16) : l.samples8, sampleBytes,
+        stream, staging_);
     std::vector<double> host;
     std::size_t offsets[5];
     const std::vector<double>* parts[5] = {&l.colour[0], &l.colour[1], &l.colour[2], &l.xs, &l.ys};

@@ -27,12 +27,12 @@ __global__ void convertKernel(const FromT* in, ToT* out, long long n) {
   if (i < n) out[i] = convert<ToT>(in[i]);
 }
 
-/// Copies src[0, n) to dst on the device as T (convertValues: doubles rounded to nearest for
-/// float), chunk by chunk through the staging buffers: the host converts the next chunk on all
-/// its threads while the last one is copied. Pinned buffers move several times faster than
-/// pageable memory, whose copies the driver stages itself. Returns when the copies are done.
-template <class T>
-void uploadValues(T* dst, const double* src, std::size_t n, cudaStream_t s, Staging& staging) {
+/// Copies n values of T to dst on the device, chunk by chunk through the staging buffers:
+/// fill(b, m, stage) writes values [b, b + m) into the pinned stage while the last chunk is
+/// copied. Pinned buffers move several times faster than pageable memory, whose copies the
+/// driver stages itself. Returns when the copies are done.
+template <class T, class Fill>
+void uploadStaged(T* dst, std::size_t n, cudaStream_t s, Staging& staging, Fill fill) {
   if (n == 0) return;
   const auto hold = staging.lock();
   const std::size_t chunk = kHostStageBytes / sizeof(T);
@@ -41,7 +41,7 @@ void uploadValues(T* dst, const double* src, std::size_t n, cudaStream_t s, Stag
   for (std::size_t b = 0, i = 0; b < n; b += chunk, ++i) {
     const std::size_t m = std::min(chunk, n - b);
     if (i >= 2) KMSEG_CUDA_CHECK(cudaEventSynchronize(copied[i & 1].get()));
-    convertValues(src + b, m, stage[i & 1]);
+    fill(b, m, stage[i & 1]);
     KMSEG_CUDA_CHECK(
         cudaMemcpyAsync(dst + b, stage[i & 1], m * sizeof(T), cudaMemcpyHostToDevice, s));
     copied[i & 1].record(s);
@@ -49,29 +49,23 @@ void uploadValues(T* dst, const double* src, std::size_t n, cudaStream_t s, Stag
   KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-/// Copies bytes [0, n) of src to dst on the device through the staging buffers, as uploadValues
-/// does (the host copies the next chunk into pinned memory on all its threads while the last one
-/// is copied). Returns when the copies are done.
-inline void uploadBytes(void* dst, const void* src, std::size_t n, cudaStream_t s,
+/// Copies src[0, n) to dst on the device as T (convertValues: doubles rounded to nearest for
+/// float; the host converts on all its threads).
+template <class T>
+void uploadValues(T* dst, const double* src, std::size_t n, cudaStream_t s, Staging& staging) {
+  uploadStaged(dst, n, s, staging,
+               [src](std::size_t b, std::size_t m, T* stage) { convertValues(src + b, m, stage); });
+}
+
+/// Copies bytes [0, n) of src to dst on the device (the host copies into the stage on all its
+/// threads).
+inline void uploadBytes(unsigned char* dst, const unsigned char* src, std::size_t n, cudaStream_t s,
                         Staging& staging) {
-  if (n == 0) return;
-  const auto hold = staging.lock();
-  unsigned char* stage[2] = {static_cast<unsigned char*>(staging.buffer(0)),
-                             static_cast<unsigned char*>(staging.buffer(1))};
-  const auto* from = static_cast<const unsigned char*>(src);
-  auto* to = static_cast<unsigned char*>(dst);
-  Event copied[2];
-  for (std::size_t b = 0, i = 0; b < n; b += kHostStageBytes, ++i) {
-    const std::size_t m = std::min(kHostStageBytes, n - b);
-    if (i >= 2) KMSEG_CUDA_CHECK(cudaEventSynchronize(copied[i & 1].get()));
-    unsigned char* into = stage[i & 1];
+  uploadStaged(dst, n, s, staging, [src](std::size_t b, std::size_t m, unsigned char* stage) {
     parallelRanges(m, std::size_t(1) << 20, [&](std::size_t begin, std::size_t end) {
-      std::copy(from + b + begin, from + b + end, into + begin);
+      std::copy(src + b + begin, src + b + end, stage + begin);
     });
-    KMSEG_CUDA_CHECK(cudaMemcpyAsync(to + b, into, m, cudaMemcpyHostToDevice, s));
-    copied[i & 1].record(s);
-  }
-  KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
+  });
 }
 
 /// Row i (< 2^32) of an image's features, rebuilt from its lookup: FeatureLookup::value on the
