@@ -236,6 +236,13 @@ int RunOutcome::rowOf(Mode mode) const {
   return -1;
 }
 
+double RunOutcome::runSeconds() const {
+  double total = workflow.reference.seconds;
+  for (std::size_t i = 0; i < workflow.modes.size(); ++i)
+    if (i >= modes.size() || modes[i] != Mode::Fp64) total += workflow.modes[i].result.seconds;
+  return total;
+}
+
 struct Controller::Job {
   std::shared_ptr<std::atomic<bool>> cancel;
   QFutureWatcher<RunEvent>* watcher = nullptr;

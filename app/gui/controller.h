@@ -54,6 +54,9 @@ struct RunOutcome {
   QString rowName(int row) const;
   /// The row of `mode`, or -1 when it was not run.
   int rowOf(Mode mode) const;
+  /// Seconds of the Lloyd runs: the reference and every mode, an fp64 mode once only (it is
+  /// the reference's run again: runWorkflow reuses it).
+  double runSeconds() const;
 };
 
 /// Progress of the current run, once per Lloyd iteration.

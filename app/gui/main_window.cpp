@@ -371,8 +371,7 @@ void MainWindow::onRunFinished() {
   int row = outcome->rowOf(outcome->params.mode);
   if (row < 0) row = outcome->rowCount() > 1 ? 1 : 0;
   selectRow(row);
-  double total = outcome->workflow.reference.seconds;
-  for (const auto& m : outcome->workflow.modes) total += m.result.seconds;
+  const double total = outcome->runSeconds();
   int overflowed = 0;
   for (const auto& m : outcome->workflow.modes) overflowed += m.result.normOverflows > 0 ? 1 : 0;
   QString done = tr("Done: %1 run(s), %2 s of Lloyd iterations")

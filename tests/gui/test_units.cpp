@@ -176,6 +176,23 @@ TEST(ResultsModel, StopTextSaysPlainlyWhenTheCapWasHit) {
   EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("converged"));
 }
 
+// The run time the window reports counts the reference once: an fp64 mode is its run again.
+TEST(RunOutcome, RunSecondsCountTheReusedReferenceOnce) {
+  RunOutcome outcome;
+  outcome.modes = {Mode::Fp32, Mode::Fp64, Mode::Fp16};
+  outcome.workflow.reference.seconds = 4.0;
+  for (Mode mode : outcome.modes) {
+    ModeOutcome o;
+    o.result.mode = mode;
+    o.result.seconds = mode == Mode::Fp64 ? 4.0 : mode == Mode::Fp32 ? 0.5 : 0.25;
+    outcome.workflow.modes.push_back(o);
+  }
+  EXPECT_DOUBLE_EQ(outcome.runSeconds(), 4.75);
+  outcome.modes = {Mode::Fp32};
+  outcome.workflow.modes.resize(1);
+  EXPECT_DOUBLE_EQ(outcome.runSeconds(), 4.5);
+}
+
 // A mode that met pixels beyond its precision's range is marked and says so in its tooltip;
 // the reference and a mode without them are not.
 TEST(ResultsModel, MarksAModeWithPixelsBeyondItsRange) {
