@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <QImage>
 #include <QMainWindow>
 #include <QPointer>
 #include <QStringList>
@@ -145,6 +146,9 @@ class MainWindow : public QMainWindow {
   QString lastDir_;
   QPointer<QMessageBox> errorBox_;
   int shownRow_ = -1;
+  /// The reference's maps, rendered once per result (showRow).
+  std::shared_ptr<const RunOutcome> referenceOf_;
+  QImage referenceLabels_, referenceBoundaries_;
   bool firstShow_ = true;
   bool stateRestored_ = false;
 };

@@ -10,9 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "controller.h"
 #include "gui_params.h"
@@ -152,6 +154,51 @@ TEST(ImageConvert, MaskIsWhiteWhereLabelsDiffer) {
   const QImage m = renderMask({0, 1, 0, 0}, 2, 2);
   EXPECT_EQ(m.pixel(1, 0), qRgb(255, 255, 255));
   EXPECT_NE(m.pixel(0, 0), qRgb(255, 255, 255));
+}
+
+// A map drawn into the memory of one no longer used (the memory is kept for the next map of its
+// size) overwrites every pixel of it, on any thread.
+TEST(ImageConvert, MapsInRecycledMemoryOverwriteEveryPixel) {
+  constexpr int w = 37, h = 23;  // a size no other test draws
+  std::vector<std::int32_t> stripes(w * h), one(w * h, 3);
+  for (int i = 0; i < w * h; ++i) stripes[std::size_t(i)] = (i % w) % 2;
+  const std::vector<Rgb8> palette = {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {9, 8, 7}};
+  const uchar* first = nullptr;
+  {
+    const QImage all = renderBoundaries(stripes, w, h, qRgb(255, 255, 255));
+    ASSERT_FALSE(all.isNull());
+    first = all.constBits();
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) ASSERT_EQ(qAlpha(all.pixel(x, y)), 255) << x << "," << y;
+  }
+  {
+    const QImage none = renderBoundaries(one, w, h, qRgb(255, 255, 255));
+    EXPECT_EQ(none.constBits(), first);  // the same memory, taken again
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) ASSERT_EQ(none.pixel(x, y), 0u) << x << "," << y;
+  }
+  {
+    const QImage labels = renderLabels(one, w, h, palette);
+    EXPECT_EQ(labels.constBits(), first);
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) ASSERT_EQ(labels.pixel(x, y), qRgb(9, 8, 7)) << x << "," << y;
+  }
+  // Maps made and dropped on several threads at once, each checked whole.
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const std::int32_t label = (t + i) % 4;
+        const QImage m = renderLabels(std::vector<std::int32_t>(w * h, label), w, h, palette);
+        const Rgb8 c = palette[std::size_t(label)];
+        for (int y = 0; y < h; ++y)
+          for (int x = 0; x < w; ++x) wrong += m.pixel(x, y) != qRgb(c.r, c.g, c.b);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(ImageConvert, SaveImageAtomicReportsAnUnwritablePath) {

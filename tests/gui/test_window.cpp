@@ -232,6 +232,18 @@ TEST_F(GuiWindow, SelectingARowShowsThatModesLabelsMaskAndLegend) {
   EXPECT_EQ(
       window_->views()->view(ImageViews::ModeLabels)->image(),
       renderLabels(o->result(other).labels, 60, 40, o->palette, o->comparison(other)->mapping));
+  // The reference's maps are rendered once per result, and again for the next result.
+  EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(),
+            renderLabels(o->workflow.reference.labels, 60, 40, o->palette));
+  runAndWait(fastParams(3, 10), true);
+  const auto next = controller()->outcome();
+  ASSERT_NE(next, o);
+  const QImage nextReference = renderLabels(next->workflow.reference.labels, 60, 40, next->palette);
+  ASSERT_NE(nextReference, renderLabels(o->workflow.reference.labels, 60, 40, o->palette));
+  EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(), nextReference);
+  window_->selectRow(0);
+  EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(), nextReference);
+  EXPECT_EQ(window_->views()->view(ImageViews::ModeLabels)->image(), nextReference);
 }
 
 TEST_F(GuiWindow, ZoomAndPanAreLinkedUntilTheLockIsOff) {
