@@ -5,10 +5,13 @@
 #include <QImageWriter>
 #include <QSaveFile>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
+
+#include "kmseg/parallel.h"
 
 namespace kmseg::gui {
 
@@ -82,6 +85,15 @@ class MapMemory {
   std::vector<Block> kept_;
 };
 
+/// Calls fn(y) for every row of a map `width` x `height`, in bands of rows on every core.
+template <class Fn>
+void forEachRow(int width, int height, Fn&& fn) {
+  const std::size_t band = std::size_t(std::max(1, (1 << 16) / std::max(width, 1)));
+  parallelRanges(std::size_t(height), band, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t y = begin; y < end; ++y) fn(int(y));
+  });
+}
+
 }  // namespace
 
 QImage toQImage(const kmseg::Image& image) {
@@ -147,15 +159,17 @@ QImage renderLabels(const std::vector<std::int32_t>& labels, int width, int heig
     lut[i] = qRgb(palette[i].r, palette[i].g, palette[i].b);
   QImage out = MapMemory::image(width, height, QImage::Format_RGB32);
   if (out.isNull()) return out;
-  for (int y = 0; y < height; ++y) {
-    auto* row = reinterpret_cast<QRgb*>(out.scanLine(y));
+  uchar* bits = out.bits();
+  const qsizetype rowBytes = out.bytesPerLine();
+  forEachRow(width, height, [&](int y) {
+    auto* row = reinterpret_cast<QRgb*>(bits + y * rowBytes);
     const std::int32_t* src = labels.data() + std::size_t(y) * width;
     for (int x = 0; x < width; ++x) {
       std::int64_t id = src[x];
       if (!mapping.empty()) id = id >= 0 && std::size_t(id) < mapping.size() ? mapping[id] : -1;
       row[x] = id >= 0 && std::size_t(id) < lut.size() ? lut[id] : qRgb(0, 0, 0);
     }
-  }
+  });
   return out;
 }
 
@@ -166,8 +180,10 @@ QImage renderBoundaries(const std::vector<std::int32_t>& labels, int width, int 
   QImage out = MapMemory::image(width, height, QImage::Format_ARGB32_Premultiplied);
   if (out.isNull()) return out;
   const QRgb on = qPremultiply(colour), off = 0;  // off: transparent
-  for (int y = 0; y < height; ++y) {
-    auto* row = reinterpret_cast<QRgb*>(out.scanLine(y));
+  uchar* bits = out.bits();
+  const qsizetype rowBytes = out.bytesPerLine();
+  forEachRow(width, height, [&](int y) {
+    auto* row = reinterpret_cast<QRgb*>(bits + y * rowBytes);
     const std::int32_t* cur = labels.data() + std::size_t(y) * width;
     for (int x = 0; x < width; ++x) {
       const std::int32_t l = cur[x];
@@ -175,7 +191,7 @@ QImage renderBoundaries(const std::vector<std::int32_t>& labels, int width, int 
                         (y > 0 && cur[x - width] != l) || (y + 1 < height && cur[x + width] != l);
       row[x] = edge ? on : off;
     }
-  }
+  });
   return out;
 }
 
@@ -185,11 +201,13 @@ QImage renderMask(const std::vector<std::uint8_t>& mask, int width, int height) 
   QImage out = MapMemory::image(width, height, QImage::Format_RGB32);
   if (out.isNull()) return out;
   const QRgb on = qRgb(255, 255, 255), off = qRgb(40, 40, 40);
-  for (int y = 0; y < height; ++y) {
-    auto* row = reinterpret_cast<QRgb*>(out.scanLine(y));
+  uchar* bits = out.bits();
+  const qsizetype rowBytes = out.bytesPerLine();
+  forEachRow(width, height, [&](int y) {
+    auto* row = reinterpret_cast<QRgb*>(bits + y * rowBytes);
     const std::uint8_t* src = mask.data() + std::size_t(y) * width;
     for (int x = 0; x < width; ++x) row[x] = src[x] ? on : off;
-  }
+  });
   return out;
 }
 

@@ -2,7 +2,8 @@
 #pragma once
 
 // The only place where QImage meets kmseg::Image, and where label maps become pictures. Nothing
-// here computes a result: labels, palettes and masks come from the core library.
+// here computes a result: labels, palettes and masks come from the core library. The maps are
+// drawn on every core, into the memory of maps no longer used where one of their size was.
 
 #include <QImage>
 #include <QString>

@@ -26,7 +26,6 @@
 #include <QTimer>
 #include <QToolBar>
 #include <QVBoxLayout>
-#include <QtConcurrent/QtConcurrentRun>
 
 #include "image_convert.h"
 #include "image_views.h"
@@ -427,29 +426,20 @@ void MainWindow::showRow(int row) {
   const KMeansResult& r = o->result(row);
   const Comparison* c = o->comparison(row);
   const auto& ref = o->workflow.reference;
-  // The maps are rendered in parallel (each is a pass over every pixel: about 0.2 s for the five
-  // maps of a 12-megapixel photo on one core), the reference's once per result.
-  const bool newReference = referenceOf_ != o;
-  QFuture<QImage> refLabels, refBoundaries;
-  if (newReference) {
-    refLabels = QtConcurrent::run([&] { return renderLabels(ref.labels, w, h, o->palette); });
-    refBoundaries =
-        QtConcurrent::run([&] { return renderBoundaries(ref.labels, w, h, kBoundaryColour); });
+  // Each map is rendered on every core (a pass over every pixel), the reference's once per
+  // result.
+  if (referenceOf_ != o) {
+    referenceLabels_ = renderLabels(ref.labels, w, h, o->palette);
+    referenceBoundaries_ = renderBoundaries(ref.labels, w, h, kBoundaryColour);
+    referenceOf_ = o;
   }
-  QFuture<QImage> mask =
-      QtConcurrent::run([&] { return c ? renderMask(c->mask, w, h) : QImage(); });
-  QFuture<QImage> boundaries =
-      QtConcurrent::run([&] { return renderBoundaries(r.labels, w, h, kBoundaryColour); });
   // Candidate ids are drawn in the colour of the reference cluster they are matched to.
   const QImage modeLabels =
       renderLabels(r.labels, w, h, o->palette, c ? c->mapping : std::vector<int>{});
-  if (newReference) {
-    referenceLabels_ = refLabels.result();
-    referenceBoundaries_ = refBoundaries.result();
-    referenceOf_ = o;
-  }
+  const QImage mask = c ? renderMask(c->mask, w, h) : QImage();
+  const QImage boundaries = renderBoundaries(r.labels, w, h, kBoundaryColour);
   views_->setResult(tr("%1 labels (colours matched to fp64)").arg(o->rowName(row)), modeLabels,
-                    referenceLabels_, mask.result(), boundaries.result(), referenceBoundaries_);
+                    referenceLabels_, mask, boundaries, referenceBoundaries_);
   if (!o->workflow.modes.empty()) {
     const Comparison& any = o->workflow.modes.front().comparison;
     legend_->setClusters(o->palette, any.clusterSize,

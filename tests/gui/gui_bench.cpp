@@ -58,6 +58,11 @@ GuiBenchTimes benchCompareAll(MainWindow& w, const QString& path, const GuiParam
   for (int r = 0; r < repeats; ++r) {
     QSignalSpy finished(c, &Controller::runFinished);
     QSignalSpy failed(c, &Controller::runFailed);
+    Clock::time_point firstIteration{}, lastIteration{};
+    const auto heard = QObject::connect(c, &Controller::progressed, [&](const RunProgress&) {
+      lastIteration = Clock::now();
+      if (firstIteration == Clock::time_point{}) firstIteration = lastIteration;
+    });
     t0 = Clock::now();
     w.compareAll();
     // The window takes the result in (table, charts, the first row's maps) in its own slot of
@@ -68,6 +73,11 @@ GuiBenchTimes benchCompareAll(MainWindow& w, const QString& path, const GuiParam
       throw std::runtime_error("comparing all modes failed: " + w.lastError().toStdString());
     paint(w);
     t.resultSeconds.push_back(since(t0));
+    QObject::disconnect(heard);
+    if (firstIteration == Clock::time_point{})
+      throw std::runtime_error("comparing all modes reported no iteration");
+    t.firstIterationSeconds.push_back(std::chrono::duration<double>(firstIteration - t0).count());
+    t.lastIterationSeconds.push_back(std::chrono::duration<double>(lastIteration - t0).count());
 
     const auto o = c->outcome();
     t.runSeconds.push_back(o->runSeconds());
@@ -94,6 +104,8 @@ std::string toJson(const GuiBenchTimes& t) {
                             {"engine", t.engine},
                             {"open_seconds", t.openSeconds},
                             {"result_seconds", t.resultSeconds},
+                            {"first_iteration_seconds", t.firstIterationSeconds},
+                            {"last_iteration_seconds", t.lastIterationSeconds},
                             {"run_seconds", t.runSeconds},
                             {"feature_seconds", t.featureSeconds},
                             {"row_seconds", t.rowSeconds}};

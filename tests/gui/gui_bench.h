@@ -24,6 +24,10 @@ struct GuiBenchTimes {
   /// Per repeat: compareAll() until the result is painted: features, engine, every run and
   /// comparison (on a worker thread), then the table, charts and the selected row's maps.
   std::vector<double> resultSeconds;
+  /// Per repeat: compareAll() until the window heard of the reference's first iteration
+  /// (features, engine, the upload of the features, one iteration), and of the last mode's
+  /// last iteration.
+  std::vector<double> firstIterationSeconds, lastIterationSeconds;
   /// Per repeat: the Lloyd runs' own seconds (RunOutcome::runSeconds).
   std::vector<double> runSeconds;
   /// Per repeat: building the feature rows, as the worker measured it.

@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
                 list(t.resultSeconds).c_str(), median(t.resultSeconds));
     std::printf("  of which features %s, Lloyd runs %s\n", list(t.featureSeconds).c_str(),
                 list(t.runSeconds).c_str());
+    std::printf("  first iteration heard at %s, last at %s\n",
+                list(t.firstIterationSeconds).c_str(), list(t.lastIterationSeconds).c_str());
     std::printf("each row selected and painted (s): %s\n", list(t.rowSeconds).c_str());
     if (!json.empty()) kmseg::writeFileAtomic(json, kmseg::gui::toJson(t));
   } catch (const std::exception& e) {

@@ -42,12 +42,17 @@ TEST(GuiBench, TimesEveryPhaseOfACompareAndEveryRow) {
   ASSERT_EQ(t.resultSeconds.size(), 2u);
   ASSERT_EQ(t.runSeconds.size(), 2u);
   ASSERT_EQ(t.featureSeconds.size(), 2u);
+  ASSERT_EQ(t.firstIterationSeconds.size(), 2u);
+  ASSERT_EQ(t.lastIterationSeconds.size(), 2u);
   for (int r = 0; r < 2; ++r) {
     EXPECT_GT(t.runSeconds[r], 0.0);
     EXPECT_GT(t.featureSeconds[r], 0.0);
     // The runs and the features are parts of the worker's time, which the click-to-painted
     // time contains.
     EXPECT_LT(t.runSeconds[r] + t.featureSeconds[r], t.resultSeconds[r]);
+    EXPECT_GT(t.firstIterationSeconds[r], t.featureSeconds[r]);
+    EXPECT_LT(t.firstIterationSeconds[r], t.lastIterationSeconds[r]);
+    EXPECT_LT(t.lastIterationSeconds[r], t.resultSeconds[r]);
   }
   ASSERT_EQ(t.rowSeconds.size(), 10u);
   for (double s : t.rowSeconds) EXPECT_GT(s, 0.0);
