@@ -31,7 +31,8 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const FeatureLookup* lookup) {
   if (features.empty()) throw InvalidArgument("the feature matrix is empty");
   validateWorkflow(params, features.rows);
-  checkFinite(features, "the feature matrix");
+  // Checked once here; the engine is told so (KeptData) and does not check again.
+  const double maxAbs = checkedMaxAbs(features, "the feature matrix");
   WorkflowResult out;
   out.engine = engine.description();
   out.initialIndices = chooseInitialCentres(features, params.kmeans.k, params.init, params.seed);
@@ -50,7 +51,7 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
   };
 
   // Every run takes the same features: the engine may check and upload them once.
-  const KeptData kept(engine, features, lookup);
+  const KeptData kept(engine, features, lookup, maxAbs);
   out.reference = runOne(0, Mode::Fp64, Working::Fp64);
   const int k = params.kmeans.k;
   // Each mode's comparison with the reference runs on a thread of its own while the next mode

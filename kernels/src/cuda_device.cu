@@ -92,8 +92,9 @@ class CudaEngine final : public KMeansEngine {
     return r;
   }
 
-  void keepData(const Matrix* data, const FeatureLookup* lookup) override {
-    kept_ = Kept{data, data ? lookup : nullptr};
+  void keepData(const KeptFeatures& k) override {
+    kept_ = Kept{k.data, k.data ? k.lookup : nullptr};
+    if (k.data && k.maxAbs >= 0.0) kept_.maxAbs = k.maxAbs;
   }
 
   static std::unique_ptr<cuda::LloydRun> makeRun(const cuda::RunInputs& in) {

@@ -511,12 +511,14 @@ class KeepRecorder final : public KMeansEngine {
     events.push_back(&data == kept_ ? "run kept" : "run other");
     return cpu_->run(data, init, params, control);
   }
-  void keepData(const Matrix* data, const FeatureLookup* lookup) override {
-    kept_ = data;
-    events.push_back(data ? (lookup ? "keep with lookup" : "keep") : "release");
-    if (lookup) lookup_ = lookup;
+  void keepData(const KeptFeatures& k) override {
+    kept_ = k.data;
+    events.push_back(k.data ? (k.lookup ? "keep with lookup" : "keep") : "release");
+    if (k.lookup) lookup_ = k.lookup;
+    if (k.data) maxAbs_ = k.maxAbs;
   }
   const FeatureLookup* lookup_ = nullptr;
+  double maxAbs_ = 0.0;
   std::vector<std::string> events;
 
  private:
@@ -532,6 +534,9 @@ TEST(Workflow, KeepsTheFeaturesWithTheEngineForItsRuns) {
   const WorkflowResult w = runWorkflow(engine, data, {Mode::Fp32, Mode::Fp16Fp32}, p);
   const std::vector<std::string> expected = {"keep", "run kept", "run kept", "run kept", "release"};
   EXPECT_EQ(engine.events, expected);
+  // The workflow checked the features and says so, with their largest magnitude.
+  EXPECT_EQ(engine.maxAbs_, checkedMaxAbs(data, "data"));
+  EXPECT_GT(engine.maxAbs_, 0.0);
   EXPECT_EQ(w.modes.size(), 2u);
 
   // A run that throws (here: cancelled) still ends the keep.

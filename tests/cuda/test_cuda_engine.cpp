@@ -889,9 +889,10 @@ TEST(CudaEngine, CopiesDataAndLabelsThroughSeveralStagingBuffers) {
   }
 }
 
-// Data the engine keeps (KeptData: checked once, its rows left on the device between runs) gives
-// every mode and working precision the run it gets without keeping, bit for bit; runs on other
-// data meanwhile are their own; after the keep ends, a changed matrix is read again.
+// Data the engine keeps (KeptData: checked once, or not at all when the caller gives its largest
+// magnitude; its rows left on the device between runs) gives every mode and working precision
+// the run it gets without keeping, bit for bit; runs on other data meanwhile are their own;
+// after the keep ends, a changed matrix is read again.
 TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
   KMSEG_REQUIRE_GPU();
   const Photo ph = photo("samples/coffee.png");
@@ -910,7 +911,8 @@ TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
   cases.push_back({Mode::Fp16Fp32, Working::Fp64});
   cases.push_back({Mode::Fp32, Working::Fp64});
   {
-    const KeptData kept(*keeping, data);
+    // Checked by the caller, as runWorkflow does: the engine takes the largest magnitude given.
+    const KeptData kept(*keeping, data, nullptr, checkedMaxAbs(data, "the photo's features"));
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(modeName(c.mode)) +
                    (c.working == Working::Fp64 ? ", W = fp64" : ""));
@@ -928,7 +930,8 @@ TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
     p.imageWidth = ph.width;
     expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
   }
-  // The generic and the tiled passes (D = 3 and 24) read kept rows as well.
+  // The generic and the tiled passes (D = 3 and 24) read kept rows as well (checked by the
+  // engine: no magnitude given).
   for (const std::size_t d : {std::size_t(3), std::size_t(24)}) {
     const Matrix wide = blobs(6'000, d, 5, 0.05, 17);
     const Matrix wideInit = gatherRows(wide, chooseInitialCentres(wide, 5, Init::RandomPoints, 2));

@@ -14,6 +14,15 @@
 
 namespace kmseg {
 
+/// The data an engine is told its next runs take (KMeansEngine::keepData).
+struct KeptFeatures {
+  const Matrix* data = nullptr;           ///< null: nothing is kept
+  const FeatureLookup* lookup = nullptr;  ///< describes *data exactly, or null
+  /// checkedMaxAbs(*data) when the caller has checked the data (finite, with this largest
+  /// magnitude); negative when it has not.
+  double maxAbs = -1.0;
+};
+
 /// A k-means engine: runs Lloyd's loop in one precision mode from given initial centres.
 /// Implementations: the CPU engine (core, the executable specification) and the CUDA engine
 /// (kernels/). An engine object may be used for several runs, one at a time; run() is called
@@ -29,32 +38,32 @@ class KMeansEngine {
   /// BackendError for failures of the backend.
   virtual KMeansResult run(const Matrix& data, const Matrix& initialCentres,
                            const KMeansParams& params, const RunControl& control = {}) = 0;
-  /// Tells the engine that the runs that follow take `data` (this object, unchanged) until the
-  /// next call; null ends that. The engine may then keep what it derives from the data between
-  /// those runs: the CUDA engine checks the data once and keeps its rows on the device, instead of
-  /// checking and uploading them in every run. `lookup`, when not null, describes `data` exactly
+  /// Tells the engine that the runs that follow take `kept.data` (this object, unchanged) until
+  /// the next call; a null `kept.data` ends that. The engine may then keep what it derives from
+  /// the data between those runs: the CUDA engine checks the data once (not at all when
+  /// `kept.maxAbs` says it was checked) and keeps its rows on the device, instead of checking
+  /// and uploading them in every run. `kept.lookup`, when not null, describes the data exactly
   /// (featureLookup of the image and options that made it): the CUDA engine then builds the rows
   /// on the device from the pixels and rebuilds them from the pixels for each iteration's SSE
-  /// instead of reading them. The caller must not change or free `data`, `lookup` or the image
-  /// while they are kept. Runs on other data are not affected. Called from the thread that calls
-  /// run(). The default keeps nothing. Use KeptData rather than calling it directly.
-  virtual void keepData(const Matrix* data, const FeatureLookup* lookup) {
-    (void)data;
-    (void)lookup;
-  }
+  /// instead of reading them. The caller must not change or free the data, the lookup or the
+  /// image while they are kept. Runs on other data are not affected. Called from the thread that
+  /// calls run(). The default keeps nothing. Use KeptData rather than calling it directly.
+  virtual void keepData(const KeptFeatures& kept) { (void)kept; }
 };
 
 /// Keeps `data` (and its lookup, if any) with an engine for the runs of a scope
 /// (KMeansEngine::keepData).
 class KeptData {
  public:
-  KeptData(KMeansEngine& engine, const Matrix& data, const FeatureLookup* lookup = nullptr)
+  /// `maxAbs`: checkedMaxAbs(data) when the caller has checked it, else negative.
+  KeptData(KMeansEngine& engine, const Matrix& data, const FeatureLookup* lookup = nullptr,
+           double maxAbs = -1.0)
       : engine_(engine) {
-    engine_.keepData(&data, lookup);
+    engine_.keepData({&data, lookup, maxAbs});
   }
   KeptData(const KeptData&) = delete;
   KeptData& operator=(const KeptData&) = delete;
-  ~KeptData() { engine_.keepData(nullptr, nullptr); }
+  ~KeptData() { engine_.keepData({}); }
 
  private:
   KMeansEngine& engine_;
