@@ -107,8 +107,8 @@ struct RunEvent {
 /// The worker: features, engine and workflow, entirely on a pool thread. It reads only its
 /// arguments (the image is immutable and shared) and reports through `promise`.
 void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedImage> image,
-            GuiParams params, std::vector<Mode> modes, bool allModes,
-            std::shared_ptr<std::atomic<bool>> cancel) {
+            std::shared_ptr<const PreparedFeatures> prepared, GuiParams params,
+            std::vector<Mode> modes, bool allModes, std::shared_ptr<std::atomic<bool>> cancel) {
   try {
     if (cancel->load()) throw Cancelled();
     auto outcome = std::make_shared<RunOutcome>();
@@ -116,9 +116,17 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
     outcome->params = params;
     outcome->modes = modes;
     outcome->allModes = allModes;
-    const auto t0 = std::chrono::steady_clock::now();
-    const ImageFeatures features = makeImageFeatures(image->image, params.features);
-    outcome->featureSeconds = secondsSince(t0);
+    if (!prepared) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto made = std::make_shared<PreparedFeatures>();
+      made->image = image;
+      made->options = params.features;
+      made->features = makeImageFeatures(image->image, params.features);
+      outcome->featureSeconds = secondsSince(t0);
+      prepared = std::move(made);
+    }
+    outcome->features = prepared;
+    const ImageFeatures& features = prepared->features;
     if (cancel->load()) throw Cancelled();
 
     EngineChoice choice = makeEngine(params.backend, params.workflow.kmeans.threads,
@@ -280,6 +288,7 @@ void Controller::openImage(const QString& path, std::uint64_t maxPixels) {
     cancel();
     image_ = ev.image;
     outcome_.reset();
+    features_.reset();
     emit imageLoaded(path);
   });
   watcher->setFuture(QtConcurrent::run(&ioPool_, loadJob, path, maxPixels));
@@ -309,8 +318,14 @@ int Controller::startRun(const GuiParams& params, bool allModes) {
   QFutureWatcher<RunEvent>* watcher = job->watcher;
   auto cancelFlag = job->cancel;
   jobs_.emplace(id, std::move(job));
-  watcher->setFuture(QtConcurrent::run(&runPool_, runJob, id, image_, params, std::move(modes),
-                                       allModes, std::move(cancelFlag)));
+  // The last run's features serve again when they are of this image with these options.
+  const FeatureOptions& f = params.features;
+  if (features_ && (features_->image != image_ || features_->options.colorSpace != f.colorSpace ||
+                    features_->options.normalization != f.normalization ||
+                    features_->options.spatialWeight != f.spatialWeight))
+    features_.reset();
+  watcher->setFuture(QtConcurrent::run(&runPool_, runJob, id, image_, features_, params,
+                                       std::move(modes), allModes, std::move(cancelFlag)));
   emit runStarted(id, runCount);
   if (!wasBusy) emit busyChanged(true);
   return id;
@@ -346,6 +361,7 @@ void Controller::onRunEnded(int id) {
     const RunEvent last = future.resultAt(future.resultCount() - 1);
     if (last.kind == RunEvent::Kind::Done) {
       outcome_ = last.outcome;
+      features_ = outcome_->features;
       emit backendChanged(QString::fromStdString(outcome_->workflow.engine),
                           QString::fromStdString(outcome_->backendNote));
       emit runFinished(id);

@@ -246,6 +246,51 @@ TEST_F(GuiWindow, SelectingARowShowsThatModesLabelsMaskAndLegend) {
   EXPECT_EQ(window_->views()->view(ImageViews::ModeLabels)->image(), nextReference);
 }
 
+// The features of a run serve the next runs on the same photo with the same feature options:
+// the same object, no time spent on them, and the results of features built afresh. Other
+// options, or another photo, build their own.
+TEST_F(GuiWindow, RunsOnTheSamePhotoAndFeatureOptionsShareTheirFeatures) {
+  const QString path = kmseg::test::smallPhoto("gui-features");
+  open(path);
+  GuiParams p = fastParams(4, 8);
+  p.mode = Mode::Fp16Fp32;
+  runAndWait(p, false);
+  const auto first = controller()->outcome();
+  ASSERT_TRUE(first && first->features);
+  EXPECT_GT(first->featureSeconds, 0.0);
+  EXPECT_EQ(first->features->image, controller()->image());
+
+  p.workflow.kmeans.k = 5;  // not a feature option
+  runAndWait(p, false);
+  const auto second = controller()->outcome();
+  EXPECT_EQ(second->features, first->features);
+  EXPECT_EQ(second->featureSeconds, 0.0);
+  const WorkflowResult want = expected(path, p, {Mode::Fp16Fp32});
+  EXPECT_EQ(second->workflow.reference.labels, want.reference.labels);
+  EXPECT_EQ(second->workflow.modes.at(0).result.labels, want.modes.at(0).result.labels);
+  EXPECT_EQ(second->workflow.modes.at(0).result.fallbacks, want.modes.at(0).result.fallbacks);
+
+  p.features.spatialWeight = 0.5;
+  runAndWait(p, false);
+  const auto third = controller()->outcome();
+  EXPECT_NE(third->features, first->features);
+  EXPECT_EQ(third->features->options.spatialWeight, 0.5);
+  EXPECT_EQ(third->workflow.modes.at(0).result.labels,
+            expected(path, p, {Mode::Fp16Fp32}).modes.at(0).result.labels);
+
+  p.features.colorSpace = ColorSpace::Lab;
+  runAndWait(p, false);
+  EXPECT_NE(controller()->outcome()->features, third->features);
+  EXPECT_FALSE(controller()->outcome()->features->features.lookup);  // Lab has no lookup
+
+  // Another photo (the same pixels, another file) builds its own.
+  const QString again = kmseg::test::smallPhoto("gui-features-2");
+  open(again);
+  runAndWait(p, false);
+  EXPECT_NE(controller()->outcome()->features->image, third->features->image);
+  EXPECT_GT(controller()->outcome()->featureSeconds, 0.0);
+}
+
 TEST_F(GuiWindow, ZoomAndPanAreLinkedUntilTheLockIsOff) {
   open(kmseg::test::smallPhoto("gui-zoom", 120, 80));
   runAndWait(fastParams(3, 3), false);
