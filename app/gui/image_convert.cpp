@@ -38,8 +38,10 @@ class MapMemory {
       delete block;
       return {};
     }
-    return QImage(static_cast<uchar*>(block->data), width, height, rowBytes, format,
-                  &MapMemory::release, block);
+    QImage out(static_cast<uchar*>(block->data), width, height, rowBytes, format,
+               &MapMemory::release, block);
+    if (out.isNull()) release(block);  // QImage refused the size: it will not call release
+    return out;
   }
 
  private:
