@@ -319,10 +319,7 @@ int Controller::startRun(const GuiParams& params, bool allModes) {
   auto cancelFlag = job->cancel;
   jobs_.emplace(id, std::move(job));
   // The last run's features serve again when they are of this image with these options.
-  const FeatureOptions& f = params.features;
-  if (features_ && (features_->image != image_ || features_->options.colorSpace != f.colorSpace ||
-                    features_->options.normalization != f.normalization ||
-                    features_->options.spatialWeight != f.spatialWeight))
+  if (features_ && (features_->image != image_ || features_->options != params.features))
     features_.reset();
   watcher->setFuture(QtConcurrent::run(&runPool_, runJob, id, image_, features_, params,
                                        std::move(modes), allModes, std::move(cancelFlag)));

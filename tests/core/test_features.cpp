@@ -142,6 +142,21 @@ TEST(Features, SpatialWeightScalesOnlyXAndY) {
   EXPECT_EQ(column(zero, 4), (std::vector<double>(6, 0.0)));
 }
 
+// Options are equal when every field is (the GUI reuses features built with equal options).
+TEST(Features, OptionsAreEqualFieldByField) {
+  const FeatureOptions a;
+  FeatureOptions b;
+  EXPECT_TRUE(a == b);
+  b.spatialWeight = 0.5;
+  EXPECT_FALSE(a == b);
+  b = a;
+  b.colorSpace = ColorSpace::Lab;
+  EXPECT_FALSE(a == b);
+  b = a;
+  b.normalization = Normalization::ZScore;
+  EXPECT_TRUE(a != b);
+}
+
 TEST(Features, RejectsBadSpatialWeight) {
   for (double w : {-0.5, std::numeric_limits<double>::quiet_NaN(),
                    std::numeric_limits<double>::infinity(), 32.5, 1e100}) {

@@ -60,6 +60,8 @@ struct FeatureOptions {
   Normalization normalization = Normalization::MinMax;  ///< applied to every column
   /// Multiplies the normalised x and y columns; finite, in [0, kMaxSpatialWeight].
   double spatialWeight = 1.0;
+
+  friend bool operator==(const FeatureOptions&, const FeatureOptions&) = default;
 };
 
 /// Throws InvalidArgument naming `what` (e.g. "spatial weight", or the option that set it) and
