@@ -59,7 +59,9 @@ GuiBenchTimes benchCompareAll(MainWindow& w, const QString& path, const GuiParam
     QSignalSpy finished(c, &Controller::runFinished);
     QSignalSpy failed(c, &Controller::runFailed);
     Clock::time_point firstIteration{}, lastIteration{};
-    const auto heard = QObject::connect(c, &Controller::progressed, [&](const RunProgress&) {
+    // The connection lives as long as `listener`: this repeat, whether it returns or throws.
+    QObject listener;
+    QObject::connect(c, &Controller::progressed, &listener, [&](const RunProgress&) {
       lastIteration = Clock::now();
       if (firstIteration == Clock::time_point{}) firstIteration = lastIteration;
     });
@@ -73,7 +75,6 @@ GuiBenchTimes benchCompareAll(MainWindow& w, const QString& path, const GuiParam
       throw std::runtime_error("comparing all modes failed: " + w.lastError().toStdString());
     paint(w);
     t.resultSeconds.push_back(since(t0));
-    QObject::disconnect(heard);
     if (firstIteration == Clock::time_point{})
       throw std::runtime_error("comparing all modes reported no iteration");
     t.firstIterationSeconds.push_back(std::chrono::duration<double>(firstIteration - t0).count());
