@@ -107,8 +107,9 @@ struct RunEvent {
 /// The worker: features, engine and workflow, entirely on a pool thread. It reads only its
 /// arguments (the image is immutable and shared) and reports through `promise`.
 void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedImage> image,
-            std::shared_ptr<const PreparedFeatures> prepared, GuiParams params,
-            std::vector<Mode> modes, bool allModes, std::shared_ptr<std::atomic<bool>> cancel) {
+            std::shared_ptr<const PreparedFeatures> prepared,
+            std::shared_ptr<const RunOutcome> previous, GuiParams params, std::vector<Mode> modes,
+            bool allModes, std::shared_ptr<std::atomic<bool>> cancel) {
   try {
     if (cancel->load()) throw Cancelled();
     auto outcome = std::make_shared<RunOutcome>();
@@ -132,6 +133,14 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
     EngineChoice choice = makeEngine(params.backend, params.workflow.kmeans.threads,
                                      {params.workflow.kmeans.k, features.rows.cols});
     outcome->backendNote = choice.note;
+    outcome->backend = choice.backend;
+    // The run before computed this run's reference when it took the same features on the same
+    // kind of engine with parameters that give the same reference.
+    const KMeansResult* reference =
+        previous && previous->features == prepared && previous->backend == choice.backend &&
+                sameReference(previous->params.workflow, params.workflow)
+            ? &previous->workflow.reference
+            : nullptr;
     const int maxIterations = params.workflow.kmeans.maxIterations;
     WorkflowProgress progress = [&](int run, int runCount, Mode mode, const IterationStats& s) {
       RunEvent ev;
@@ -146,9 +155,9 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
           s.evaluations > 0 ? 100.0 * double(s.fallbacks) / double(s.evaluations) : 0.0;
       promise.addResult(std::move(ev));
     };
-    outcome->workflow = runWorkflow(*choice.engine, features.rows, modes,
-                                    workflowFor(params.workflow, image->image), progress,
-                                    cancel.get(), features.lookup ? &*features.lookup : nullptr);
+    outcome->workflow = runWorkflow(
+        *choice.engine, features.rows, modes, workflowFor(params.workflow, image->image), progress,
+        cancel.get(), features.lookup ? &*features.lookup : nullptr, reference);
     outcome->palette = makePalette(std::min(params.workflow.kmeans.k, 65536), params.palette);
     RunEvent done;
     done.kind = RunEvent::Kind::Done;
@@ -245,7 +254,7 @@ int RunOutcome::rowOf(Mode mode) const {
 }
 
 double RunOutcome::runSeconds() const {
-  double total = workflow.reference.seconds;
+  double total = workflow.referenceGiven ? 0.0 : workflow.reference.seconds;
   for (std::size_t i = 0; i < workflow.modes.size(); ++i)
     if (i >= modes.size() || modes[i] != Mode::Fp64) total += workflow.modes[i].result.seconds;
   return total;
@@ -321,8 +330,12 @@ int Controller::startRun(const GuiParams& params, bool allModes) {
   // The last run's features serve again when they are of this image with these options.
   if (features_ && (features_->image != image_ || features_->options != params.features))
     features_.reset();
-  watcher->setFuture(QtConcurrent::run(&runPool_, runJob, id, image_, features_, params,
-                                       std::move(modes), allModes, std::move(cancelFlag)));
+  // So may its reference (runJob decides, once it knows the engine).
+  std::shared_ptr<const RunOutcome> previous =
+      features_ && outcome_ && outcome_->features == features_ ? outcome_ : nullptr;
+  watcher->setFuture(QtConcurrent::run(&runPool_, runJob, id, image_, features_,
+                                       std::move(previous), params, std::move(modes), allModes,
+                                       std::move(cancelFlag)));
   emit runStarted(id, runCount);
   if (!wasBusy) emit busyChanged(true);
   return id;

@@ -47,7 +47,8 @@ struct RunOutcome {
   std::vector<Mode> modes;  ///< one mode for "Run", all nine for "Compare all modes"
   bool allModes = false;
   WorkflowResult workflow;
-  std::string backendNote;  ///< why Auto did not give the GPU; empty otherwise
+  std::string backendNote;         ///< why Auto did not give the GPU; empty otherwise
+  Backend backend = Backend::Cpu;  ///< the kind of engine that ran
   std::shared_ptr<const PreparedFeatures> features;  ///< the features the runs took
   double featureSeconds = 0.0;  ///< spent building them: 0 when a run before had built them
   std::vector<Rgb8> palette;    ///< makePalette(min(K, 65536), params.palette)
@@ -64,7 +65,8 @@ struct RunOutcome {
   /// The row of `mode`, or -1 when it was not run.
   int rowOf(Mode mode) const;
   /// Seconds of the Lloyd runs: the reference and every mode, an fp64 mode once only (it is
-  /// the reference's run again: runWorkflow reuses it).
+  /// the reference's run again: runWorkflow reuses it), the reference not at all when it came
+  /// from the run before (WorkflowResult::referenceGiven).
   double runSeconds() const;
 };
 

@@ -175,6 +175,7 @@ void MainWindow::buildLayout() {
   addDockWidget(Qt::LeftDockWidgetArea, paramsDock_);
 
   progressLabel_ = new QLabel(this);
+  progressLabel_->setObjectName(QStringLiteral("progressLabel"));
   progressBar_ = new QProgressBar(this);
   progressBar_->setMaximumWidth(160);
   progressBar_->setTextVisible(false);
@@ -379,6 +380,7 @@ void MainWindow::onRunFinished() {
   QString done = tr("Done: %1 run(s), %2 s of Lloyd iterations")
                      .arg(outcome->rowCount())
                      .arg(total, 0, 'f', 2);
+  if (outcome->workflow.referenceGiven) done += tr(" · the fp64 reference of the run before");
   if (overflowed > 0)
     done += tr(" · %n mode(s) met pixels beyond their precision's range (see the marked rows)",
                nullptr, overflowed);

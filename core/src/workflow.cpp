@@ -25,12 +25,27 @@ void validateWorkflow(const WorkflowParams& params, std::size_t n) {
                           " clusters for which label maps can be compared with the fp64 reference");
 }
 
+bool sameReference(const WorkflowParams& a, const WorkflowParams& b) {
+  const KMeansParams &p = a.kmeans, &q = b.kmeans;
+  return p.k == q.k && p.maxIterations == q.maxIterations && p.tolerance == q.tolerance &&
+         p.detectCycles == q.detectCycles && p.traceSse == q.traceSse &&
+         p.useBounds == q.useBounds && p.imageWidth == q.imageWidth && a.init == b.init &&
+         a.seed == b.seed;
+}
+
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress, const std::atomic<bool>* cancel,
-                           const FeatureLookup* lookup) {
+                           const FeatureLookup* lookup, const KMeansResult* reference) {
   if (features.empty()) throw InvalidArgument("the feature matrix is empty");
   validateWorkflow(params, features.rows);
+  if (reference && (reference->mode != Mode::Fp64 || reference->labels.size() != features.rows ||
+                    reference->centroids.rows != std::size_t(params.kmeans.k) ||
+                    reference->centroids.cols != features.cols))
+    throw InvalidArgument("the reference given is not an fp64 run of " +
+                          std::to_string(params.kmeans.k) + " clusters on these " +
+                          std::to_string(features.rows) + " x " + std::to_string(features.cols) +
+                          " features");
   // Checked once here; the engine is told so (KeptData) and does not check again.
   const double maxAbs = checkedMaxAbs(features, "the feature matrix");
   WorkflowResult out;
@@ -52,7 +67,12 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
 
   // Every run takes the same features: the engine may check and upload them once.
   const KeptData kept(engine, features, lookup, maxAbs);
-  out.reference = runOne(0, Mode::Fp64, Working::Fp64);
+  if (reference) {
+    out.reference = *reference;
+    out.referenceGiven = true;
+  } else {
+    out.reference = runOne(0, Mode::Fp64, Working::Fp64);
+  }
   const int k = params.kmeans.k;
   // Each mode's comparison with the reference runs on a thread of its own while the next mode
   // runs: on the GPU a comparison (contingency table, matching, ARI, AMI, mask) takes about as

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -525,6 +526,86 @@ class KeepRecorder final : public KMeansEngine {
   std::unique_ptr<KMeansEngine> cpu_ = makeCpuEngine(1);
   const Matrix* kept_ = nullptr;
 };
+
+// A reference given to the workflow is taken instead of running it again: the engine runs the
+// modes alone, and every result is that of a workflow that runs its own reference.
+TEST(Workflow, TakesAGivenReferenceInsteadOfRunningIt) {
+  const Matrix data = test::blobs(400, 3, 3, 0.05, 5, 0.1, 0.9, 1);
+  WorkflowParams p;
+  p.kmeans.k = 3;
+  auto cpu = makeCpuEngine(1);
+  const WorkflowResult first = runWorkflow(*cpu, data, {Mode::Fp16}, p);
+  EXPECT_FALSE(first.referenceGiven);
+
+  WorkflowParams q = p;  // parameters of the modes alone: the same reference
+  q.kmeans.rho = 7.0;
+  q.kmeans.working = Working::Fp64;
+  ASSERT_TRUE(sameReference(p, q));
+  KeepRecorder engine;
+  const WorkflowResult given =
+      runWorkflow(engine, data, {Mode::Fp16Fp32}, q, {}, nullptr, nullptr, &first.reference);
+  const std::vector<std::string> oneRun = {"keep", "run kept", "release"};
+  EXPECT_EQ(engine.events, oneRun);
+  EXPECT_TRUE(given.referenceGiven);
+  const WorkflowResult fresh = runWorkflow(*cpu, data, {Mode::Fp16Fp32}, q);
+  EXPECT_EQ(given.reference.labels, fresh.reference.labels);
+  EXPECT_EQ(given.reference.centroids.values, fresh.reference.centroids.values);
+  EXPECT_EQ(given.modes.at(0).result.labels, fresh.modes.at(0).result.labels);
+  EXPECT_EQ(given.modes.at(0).result.fallbacks, fresh.modes.at(0).result.fallbacks);
+  EXPECT_EQ(given.modes.at(0).comparison.diffPercent, fresh.modes.at(0).comparison.diffPercent);
+  EXPECT_EQ(given.modes.at(0).comparison.ami, fresh.modes.at(0).comparison.ami);
+
+  // A reference that does not fit is refused before any run.
+  engine.events.clear();
+  KMeansResult wrong = first.reference;
+  wrong.labels.pop_back();
+  EXPECT_THROW(runWorkflow(engine, data, {Mode::Fp32}, q, {}, nullptr, nullptr, &wrong),
+               InvalidArgument);
+  wrong = first.reference;
+  wrong.mode = Mode::Fp32;
+  EXPECT_THROW(runWorkflow(engine, data, {Mode::Fp32}, q, {}, nullptr, nullptr, &wrong),
+               InvalidArgument);
+  WorkflowParams otherK = q;
+  otherK.kmeans.k = 4;
+  EXPECT_THROW(
+      runWorkflow(engine, data, {Mode::Fp32}, otherK, {}, nullptr, nullptr, &first.reference),
+      InvalidArgument);
+  EXPECT_TRUE(engine.events.empty());
+}
+
+// Every parameter that changes the reference's result makes another reference; the modes' own
+// parameters and the thread count do not.
+TEST(Workflow, SameReferenceIgnoresOnlyTheModesOwnParameters) {
+  const WorkflowParams p;
+  const std::vector<std::function<void(WorkflowParams&)>> same = {
+      [](WorkflowParams& w) { w.kmeans.mode = Mode::Bf16; },
+      [](WorkflowParams& w) { w.kmeans.rho = 9.0; },
+      [](WorkflowParams& w) { w.kmeans.working = Working::Fp64; },
+      [](WorkflowParams& w) { w.kmeans.threads = 3; },
+  };
+  for (std::size_t i = 0; i < same.size(); ++i) {
+    WorkflowParams q = p;
+    same[i](q);
+    EXPECT_TRUE(sameReference(p, q)) << i;
+  }
+  const std::vector<std::function<void(WorkflowParams&)>> other = {
+      [](WorkflowParams& w) { w.kmeans.k = 9; },
+      [](WorkflowParams& w) { w.kmeans.maxIterations = 10; },
+      [](WorkflowParams& w) { w.kmeans.tolerance = 1e-4; },
+      [](WorkflowParams& w) { w.kmeans.detectCycles = false; },
+      [](WorkflowParams& w) { w.kmeans.traceSse = false; },
+      [](WorkflowParams& w) { w.kmeans.useBounds = false; },
+      [](WorkflowParams& w) { w.kmeans.imageWidth = 640; },
+      [](WorkflowParams& w) { w.init = Init::KMeansPlusPlus; },
+      [](WorkflowParams& w) { w.seed = 2; },
+  };
+  for (std::size_t i = 0; i < other.size(); ++i) {
+    WorkflowParams q = p;
+    other[i](q);
+    EXPECT_FALSE(sameReference(p, q)) << i;
+    EXPECT_FALSE(sameReference(q, p)) << i;
+  }
+}
 
 TEST(Workflow, KeepsTheFeaturesWithTheEngineForItsRuns) {
   const Matrix data = test::blobs(400, 3, 3, 0.05, 5, 0.1, 0.9, 1);

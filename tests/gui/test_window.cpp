@@ -8,6 +8,7 @@
 #include <QDropEvent>
 #include <QFile>
 #include <QFileInfo>
+#include <QLabel>
 #include <QLineSeries>
 #include <QMessageBox>
 #include <QMimeData>
@@ -289,6 +290,47 @@ TEST_F(GuiWindow, RunsOnTheSamePhotoAndFeatureOptionsShareTheirFeatures) {
   runAndWait(p, false);
   EXPECT_NE(controller()->outcome()->features->image, third->features->image);
   EXPECT_GT(controller()->outcome()->featureSeconds, 0.0);
+}
+
+// A run takes the fp64 reference of the run before when only the modes' own parameters changed
+// (same photo, features and engine): its results are those of a run that computes its own, and
+// the status line says where the reference came from. K changed: a new reference.
+TEST_F(GuiWindow, ARunTakesTheReferenceOfTheRunBeforeWhenItCan) {
+  const QString path = kmseg::test::smallPhoto("gui-reference");
+  open(path);
+  GuiParams p = fastParams(4, 8);
+  p.mode = Mode::Fp16Fp32;
+  runAndWait(p, false);
+  const auto first = controller()->outcome();
+  EXPECT_FALSE(first->workflow.referenceGiven);
+  auto status = [&] {
+    return window_->findChild<QLabel*>(QStringLiteral("progressLabel"))->text().toStdString();
+  };
+  EXPECT_EQ(status().find("reference of the run before"), std::string::npos) << status();
+
+  p.mode = Mode::Fp32;
+  p.workflow.kmeans.rho = 7.0;
+  runAndWait(p, false);
+  const auto second = controller()->outcome();
+  EXPECT_TRUE(second->workflow.referenceGiven);
+  EXPECT_NE(status().find("reference of the run before"), std::string::npos) << status();
+  EXPECT_EQ(second->runSeconds(), second->workflow.modes.at(0).result.seconds);
+  const WorkflowResult want = expected(path, p, {Mode::Fp32});
+  EXPECT_EQ(second->workflow.reference.labels, want.reference.labels);
+  EXPECT_EQ(second->workflow.modes.at(0).result.labels, want.modes.at(0).result.labels);
+  EXPECT_EQ(second->workflow.modes.at(0).comparison.diffPercent,
+            want.modes.at(0).comparison.diffPercent);
+
+  // All modes after it: the same reference again.
+  runAndWait(p, true);
+  EXPECT_TRUE(controller()->outcome()->workflow.referenceGiven);
+  EXPECT_EQ(controller()->outcome()->workflow.reference.labels, want.reference.labels);
+
+  p.workflow.kmeans.k = 5;
+  runAndWait(p, false);
+  EXPECT_FALSE(controller()->outcome()->workflow.referenceGiven);
+  EXPECT_EQ(controller()->outcome()->workflow.reference.labels,
+            expected(path, p, {Mode::Fp32}).reference.labels);
 }
 
 TEST_F(GuiWindow, ZoomAndPanAreLinkedUntilTheLockIsOff) {

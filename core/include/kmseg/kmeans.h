@@ -37,7 +37,8 @@ Precision resolveWorking(Mode mode, Working w);
 
 std::string_view stopReasonName(StopReason r);
 
-/// Parameters of one k-means run. Defaults are the paper's.
+/// Parameters of one k-means run. Defaults are the paper's. (A new field that changes the fp64
+/// reference's result must be compared in sameReference, workflow.cpp.)
 struct KMeansParams {
   int k = 8;
   Mode mode = Mode::Fp32;

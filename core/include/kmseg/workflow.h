@@ -40,6 +40,8 @@ struct WorkflowResult {
   KMeansResult reference;                    ///< fp64 with fp64 working precision
   std::vector<ModeOutcome> modes;            ///< in the order requested
   std::string engine;                        ///< engine description
+  /// The reference was the one given to runWorkflow, not run again.
+  bool referenceGiven = false;
 };
 
 /// Progress of a workflow: which run (0 = the reference, then 1..modes), the mode, and that
@@ -53,16 +55,26 @@ using WorkflowProgress =
 /// that do not depend on the data, before loading it.
 void validateWorkflow(const WorkflowParams& params, std::size_t n);
 
+/// Whether workflows with parameters `a` and `b`, on the same features and the same kind of
+/// engine, run the same fp64 reference: every parameter is equal but those only the modes use
+/// (mode, rho, working precision) and the CPU thread count, which changes no result.
+bool sameReference(const WorkflowParams& a, const WorkflowParams& b);
+
 /// Runs the fp64 reference and then each of `modes` on `engine`, all from the same initial
 /// centres (chosen once with params.init and params.seed), and compares each with the
 /// reference. A requested fp64 mode with fp64 working precision reuses the reference run.
 /// Checks `params` with validateWorkflow before any run. Throws what the engine throws;
 /// Cancelled when `cancel` becomes true. `lookup`, when not null, is featureLookup of the image
 /// and options that made `features`; the engine may use it (KMeansEngine::keepData).
+/// `reference`, when not null, is the reference of an earlier workflow on these features and
+/// the same kind of engine whose parameters give the same reference (sameReference): it is
+/// taken instead of running the reference again (WorkflowResult::referenceGiven). Throws
+/// InvalidArgument when it is not an fp64 result with a label per row and K centres.
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress = {},
                            const std::atomic<bool>* cancel = nullptr,
-                           const FeatureLookup* lookup = nullptr);
+                           const FeatureLookup* lookup = nullptr,
+                           const KMeansResult* reference = nullptr);
 
 }  // namespace kmseg
