@@ -113,6 +113,14 @@ class GuiWindow : public ::testing::Test {
 
   QMessageBox* errorBox() const { return window_->findChild<QMessageBox*>("errorBox"); }
 
+  /// Opens `path` and runs fp16>fp32 with `p` (whose mode it sets); returns the outcome.
+  std::shared_ptr<const RunOutcome> firstFp16Fp32Run(const QString& path, GuiParams& p) {
+    open(path);
+    p.mode = Mode::Fp16Fp32;
+    runAndWait(p, false);
+    return controller()->outcome();
+  }
+
   std::unique_ptr<MainWindow> window_;
 };
 
@@ -252,11 +260,8 @@ TEST_F(GuiWindow, SelectingARowShowsThatModesLabelsMaskAndLegend) {
 // options, or another photo, build their own.
 TEST_F(GuiWindow, RunsOnTheSamePhotoAndFeatureOptionsShareTheirFeatures) {
   const QString path = kmseg::test::smallPhoto("gui-features");
-  open(path);
   GuiParams p = fastParams(4, 8);
-  p.mode = Mode::Fp16Fp32;
-  runAndWait(p, false);
-  const auto first = controller()->outcome();
+  const auto first = firstFp16Fp32Run(path, p);
   ASSERT_TRUE(first && first->features);
   EXPECT_GT(first->featureSeconds, 0.0);
   EXPECT_EQ(first->features->image, controller()->image());
@@ -297,11 +302,8 @@ TEST_F(GuiWindow, RunsOnTheSamePhotoAndFeatureOptionsShareTheirFeatures) {
 // the status line says where the reference came from. K changed: a new reference.
 TEST_F(GuiWindow, ARunTakesTheReferenceOfTheRunBeforeWhenItCan) {
   const QString path = kmseg::test::smallPhoto("gui-reference");
-  open(path);
   GuiParams p = fastParams(4, 8);
-  p.mode = Mode::Fp16Fp32;
-  runAndWait(p, false);
-  const auto first = controller()->outcome();
+  const auto first = firstFp16Fp32Run(path, p);
   EXPECT_FALSE(first->workflow.referenceGiven);
   auto status = [&] {
     return window_->findChild<QLabel*>(QStringLiteral("progressLabel"))->text().toStdString();
