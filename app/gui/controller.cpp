@@ -255,8 +255,8 @@ int RunOutcome::rowOf(Mode mode) const {
 
 double RunOutcome::runSeconds() const {
   double total = workflow.referenceGiven ? 0.0 : workflow.reference.seconds;
-  for (std::size_t i = 0; i < workflow.modes.size(); ++i)
-    if (i >= modes.size() || modes[i] != Mode::Fp64) total += workflow.modes[i].result.seconds;
+  for (const ModeOutcome& m : workflow.modes)
+    if (m.result.mode != Mode::Fp64) total += m.result.seconds;
   return total;
 }
 

@@ -87,12 +87,16 @@ class MapMemory {
   std::vector<Block> kept_;
 };
 
-/// Calls fn(y) for every row of a map `width` x `height`, in bands of rows on every core.
+/// Calls fn(y, row) for every row of the 4-byte-pixel map `out` (row: its pixels), in bands of
+/// rows on every core.
 template <class Fn>
-void forEachRow(int width, int height, Fn&& fn) {
-  const std::size_t band = std::size_t(std::max(1, (1 << 16) / std::max(width, 1)));
-  parallelRanges(std::size_t(height), band, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t y = begin; y < end; ++y) fn(int(y));
+void forEachRow(QImage& out, Fn&& fn) {
+  uchar* bits = out.bits();  // detaches once, here, not on the workers
+  const qsizetype rowBytes = out.bytesPerLine();
+  const std::size_t band = std::size_t(std::max(1, (1 << 16) / std::max(out.width(), 1)));
+  parallelRanges(std::size_t(out.height()), band, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t y = begin; y < end; ++y)
+      fn(int(y), reinterpret_cast<QRgb*>(bits + qsizetype(y) * rowBytes));
   });
 }
 
@@ -161,10 +165,7 @@ QImage renderLabels(const std::vector<std::int32_t>& labels, int width, int heig
     lut[i] = qRgb(palette[i].r, palette[i].g, palette[i].b);
   QImage out = MapMemory::image(width, height, QImage::Format_RGB32);
   if (out.isNull()) return out;
-  uchar* bits = out.bits();
-  const qsizetype rowBytes = out.bytesPerLine();
-  forEachRow(width, height, [&](int y) {
-    auto* row = reinterpret_cast<QRgb*>(bits + y * rowBytes);
+  forEachRow(out, [&](int y, QRgb* row) {
     const std::int32_t* src = labels.data() + std::size_t(y) * width;
     for (int x = 0; x < width; ++x) {
       std::int64_t id = src[x];
@@ -182,10 +183,7 @@ QImage renderBoundaries(const std::vector<std::int32_t>& labels, int width, int 
   QImage out = MapMemory::image(width, height, QImage::Format_ARGB32_Premultiplied);
   if (out.isNull()) return out;
   const QRgb on = qPremultiply(colour), off = 0;  // off: transparent
-  uchar* bits = out.bits();
-  const qsizetype rowBytes = out.bytesPerLine();
-  forEachRow(width, height, [&](int y) {
-    auto* row = reinterpret_cast<QRgb*>(bits + y * rowBytes);
+  forEachRow(out, [&](int y, QRgb* row) {
     const std::int32_t* cur = labels.data() + std::size_t(y) * width;
     for (int x = 0; x < width; ++x) {
       const std::int32_t l = cur[x];
@@ -203,10 +201,7 @@ QImage renderMask(const std::vector<std::uint8_t>& mask, int width, int height) 
   QImage out = MapMemory::image(width, height, QImage::Format_RGB32);
   if (out.isNull()) return out;
   const QRgb on = qRgb(255, 255, 255), off = qRgb(40, 40, 40);
-  uchar* bits = out.bits();
-  const qsizetype rowBytes = out.bytesPerLine();
-  forEachRow(width, height, [&](int y) {
-    auto* row = reinterpret_cast<QRgb*>(bits + y * rowBytes);
+  forEachRow(out, [&](int y, QRgb* row) {
     const std::uint8_t* src = mask.data() + std::size_t(y) * width;
     for (int x = 0; x < width; ++x) row[x] = src[x] ? on : off;
   });

@@ -321,8 +321,7 @@ void MainWindow::onImageLoaded(const QString& path) {
   charts_->setOutcome(nullptr);
   legend_->clearClusters();
   shownRow_ = -1;
-  referenceOf_.reset();
-  referenceLabels_ = referenceBoundaries_ = QImage();
+  forgetReferenceMaps();
   const int w = image->image.width, h = image->image.height;
   sizeLabel_->setText(tr("%1 × %2 px (%3 MP%4)")
                           .arg(w)
@@ -411,6 +410,11 @@ void MainWindow::selectRow(int row) {
   showRow(row);
 }
 
+void MainWindow::forgetReferenceMaps() {
+  referenceOf_.reset();
+  referenceLabels_ = referenceBoundaries_ = QImage();
+}
+
 void MainWindow::showRow(int row) {
   const auto o = model_->outcome();
   for (QAction* a : exportActions_) a->setEnabled(o != nullptr);
@@ -418,8 +422,7 @@ void MainWindow::showRow(int row) {
     views_->clearResult();
     legend_->clearClusters();
     shownRow_ = -1;
-    referenceOf_.reset();
-    referenceLabels_ = referenceBoundaries_ = QImage();
+    forgetReferenceMaps();
     return;
   }
   if (row == shownRow_) return;

@@ -146,7 +146,8 @@ class MainWindow : public QMainWindow {
   QString lastDir_;
   QPointer<QMessageBox> errorBox_;
   int shownRow_ = -1;
-  /// The reference's maps, rendered once per result (showRow).
+  /// The reference's maps, rendered once per result (showRow); forgetReferenceMaps() drops them.
+  void forgetReferenceMaps();
   std::shared_ptr<const RunOutcome> referenceOf_;
   QImage referenceLabels_, referenceBoundaries_;
   bool firstShow_ = true;

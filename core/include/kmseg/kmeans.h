@@ -37,8 +37,7 @@ Precision resolveWorking(Mode mode, Working w);
 
 std::string_view stopReasonName(StopReason r);
 
-/// Parameters of one k-means run. Defaults are the paper's. (A new field that changes the fp64
-/// reference's result must be compared in sameReference, workflow.cpp.)
+/// Parameters of one k-means run. Defaults are the paper's.
 struct KMeansParams {
   int k = 8;
   Mode mode = Mode::Fp32;
@@ -63,6 +62,8 @@ struct KMeansParams {
   /// labels and prune more centres. Labels and fallback counts of an iteration do not depend on
   /// it; the order of the centroid sums does (deterministically). The CPU engine ignores it.
   std::int64_t imageWidth = 0;
+
+  friend bool operator==(const KMeansParams&, const KMeansParams&) = default;
 };
 
 /// Most CPU threads a run may ask for (KMeansParams::threads).

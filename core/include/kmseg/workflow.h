@@ -22,6 +22,8 @@ struct WorkflowParams {
   KMeansParams kmeans;  ///< kmeans.mode is ignored: the modes are listed separately
   Init init = Init::RandomPoints;
   std::uint64_t seed = 1;
+
+  friend bool operator==(const WorkflowParams&, const WorkflowParams&) = default;
 };
 
 /// `params` for a workflow on the features of `image` (makeFeatures): the engines learn the
