@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "emulated_bounds.h"
 #include "kmseg/distance.h"
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
@@ -146,6 +147,21 @@ struct Lloyd {
   // and the K bounds add 4 K bytes per sample to read. At this D the single bound pair plus the
   // half-distance test is the better trade.
 
+  // Pruning of the emulated 16-bit modes (fp16, bf16 and the mixed modes over them): per pair,
+  // an interval in double that holds the emulated d^ (emulated_bounds.h). A centre whose interval
+  // lies above another's cannot win; a pair whose interval lies clear of the reliability test's
+  // threshold has a known outcome. Only the other pairs are emulated, so the labels and fallback
+  // counts are those of the full scan (assignOne), which runs instead when an iteration's values
+  // could leave the format's range.
+  static constexpr bool kEmulated = !std::is_floating_point_v<LowT>;
+  bool pruned = false;      // useBounds, for an emulated mode
+  bool pruneNow = false;    // this iteration: pruned, and every value stays in range
+  EmulatedBounds eb;        // margins of this mode
+  double xxMaxLow = 0;      // largest xx over the samples (infinite when one overflowed)
+  std::vector<double> cdT;  // D x K: c~ in double
+  std::vector<double> cwT;  // D x K: (D - q) |c~_q|
+  std::vector<double> ccd;  // ||c~||^2 as computed (ccl), in double
+
   std::vector<WT> blockSum, blockComp;    // sum blocks x K x D Kahan partials
   std::vector<std::int64_t> blockCountV;  // sum blocks x K
   std::vector<std::int64_t> blockChanged, blockFallbacks, blockTwoAgo;
@@ -217,6 +233,24 @@ struct Lloyd {
         errorFactor = 1.01 * 2.0 * gammaN(int(d) + 2, unitRoundoff(lowPrecision(params.mode)));
       }
     }
+    if constexpr (kEmulated) {
+      pruned = params.useBounds;
+      if (pruned) {
+        double f = 0, uHigh = 0;
+        if constexpr (kFallback) {
+          f = MH::toDouble(factor);
+          uHigh = unitRoundoff(std::is_same_v<H, float> ? Precision::Fp32 : Precision::Fp64);
+        }
+        eb = EmulatedBounds::make(lowPrecision(params.mode), int(d), f, uHigh);
+        for (std::size_t i = 0; i < n; ++i) {
+          const double v = ML::toDouble(xxl[i]);
+          xxMaxLow = std::isfinite(v) ? std::max(xxMaxLow, v) : INFINITY;
+        }
+        cdT.resize(k * d);
+        cwT.resize(k * d);
+        ccd.resize(k);
+      }
+    }
     ccl.resize(k);
     ch.resize(k * d);
   }
@@ -233,6 +267,21 @@ struct Lloyd {
     for (std::size_t j = 0; j < k; ++j) ccl[j] = squaredNorm<LowT>(cl.data() + j * d, int(d));
     for (std::size_t j = 0; j < k; ++j)
       for (std::size_t q = 0; q < d; ++q) clT[q * k + j] = cl[j * d + q];
+    if (pruned) {
+      double ccMax = 0;
+      bool finite = true;
+      for (std::size_t j = 0; j < k; ++j) {
+        ccd[j] = ML::toDouble(ccl[j]);
+        finite = finite && std::isfinite(ccd[j]);
+        ccMax = std::max(ccMax, ccd[j]);
+        for (std::size_t q = 0; q < d; ++q) {
+          const double c = ML::toDouble(cl[j * d + q]);
+          cdT[q * k + j] = c;
+          cwT[q * k + j] = double(d - q) * std::fabs(c);
+        }
+      }
+      pruneNow = finite && 4.0 * (xxMaxLow + ccMax) < eb.rangeLimit;
+    }
     if (bounded) {
       double deltaMax = 0, ccMax = 0;
       for (std::size_t j = 0; j < k; ++j) {
@@ -324,6 +373,136 @@ struct Lloyd {
     return bestJ;
   }
 
+  // Assigns sample i in an emulated mode with the bounds of emulated_bounds.h (pruneNow): the
+  // same label and fallback count as assignOne. `lo` and `hi` hold K doubles, `cls` K bytes,
+  // `val` K values of H. Each pair's interval [lo, hi] holds its d^. Uniform modes emulate only the
+  // centres whose interval reaches the least upper bound. Mixed modes: a pair whose interval lies
+  // below the test's least threshold falls back (counted; its direct distance computed), one above
+  // its greatest threshold passes, and only the others are emulated to decide; a passing pair is
+  // then emulated only when its interval reaches the least value found. A skipped centre is
+  // strictly farther than another, so it neither wins nor ties, and the centres left are
+  // compared in index order as in the full scan.
+  template <int DT>
+  KMSEG_INLINE int assignPruned(std::size_t i, std::int64_t& fallbacks, double* __restrict lo,
+                                double* __restrict hi, std::int8_t* __restrict cls,
+                                H* __restrict val) const {
+    const int dd = DT > 0 ? DT : int(d);
+    const std::size_t kk = k;
+    const LowT* x = lowRow(i);
+    const double xx = ML::toDouble(xxl[i]);
+    // p = x~^T c~ and w = sum_q (D - q) |x~_q c~_q| over the transposed centres, then each
+    // pair's interval; a mixed mode also classifies each pair against the test's thresholds
+    // (cls: 1 falls back, 2 passes, 0 undecided).
+    auto finish = [&](std::size_t j, double p, double w) {
+      const double s = xx + ccd[j];
+      const double delta = s - 2.0 * p;
+      const double m = eb.margin(s, w, delta);
+      lo[j] = delta - m;
+      hi[j] = delta + m;
+      if constexpr (kFallback)
+        cls[j] = std::int8_t(hi[j] < eb.testLo * s - eb.testAbs   ? 1
+                             : lo[j] > eb.testHi * s + eb.testAbs ? 2
+                                                                  : 0);
+    };
+    if constexpr (DT > 0) {
+      double xs[DT], as[DT];
+      for (int q = 0; q < DT; ++q) xs[q] = ML::toDouble(x[q]), as[q] = std::fabs(xs[q]);
+      for (std::size_t j = 0; j < kk; ++j) {
+        double p = xs[0] * cdT[j], w = as[0] * cwT[j];
+        for (int q = 1; q < DT; ++q) {
+          p += xs[q] * cdT[std::size_t(q) * kk + j];
+          w += as[q] * cwT[std::size_t(q) * kk + j];
+        }
+        finish(j, p, w);
+      }
+    } else {
+      // lo: p, hi: w, accumulated coordinate by coordinate.
+      const double x0 = ML::toDouble(x[0]), a0 = std::fabs(x0);
+      for (std::size_t j = 0; j < kk; ++j) {
+        lo[j] = x0 * cdT[j];
+        hi[j] = a0 * cwT[j];
+      }
+      for (int q = 1; q < dd; ++q) {
+        const double xq = ML::toDouble(x[q]), aq = std::fabs(xq);
+        const double* __restrict cq = cdT.data() + std::size_t(q) * kk;
+        const double* __restrict wq = cwT.data() + std::size_t(q) * kk;
+        for (std::size_t j = 0; j < kk; ++j) {
+          lo[j] += xq * cq[j];
+          hi[j] += aq * wq[j];
+        }
+      }
+      for (std::size_t j = 0; j < kk; ++j) finish(j, lo[j], hi[j]);
+    }
+    auto emulated = [&](std::size_t j) {
+      return expandedDistance<LowT>(xxl[i], ccl[j],
+                                    dotProduct<LowT>(x, cl.data() + j * std::size_t(dd), dd));
+    };
+    if constexpr (!kFallback) {
+      (void)val;
+      (void)cls;
+      (void)fallbacks;
+      double minHi = hi[0];
+      for (std::size_t j = 1; j < kk; ++j) minHi = std::min(minHi, hi[j]);
+      int first = -1, count = 0;
+      for (std::size_t j = 0; j < kk; ++j)
+        if (lo[j] <= minHi) first = count++ == 0 ? int(j) : first;
+      if (count == 1) return first;  // the centre that attains minHi, alone below it
+      int bestJ = -1;
+      double best = 0;
+      for (std::size_t j = std::size_t(first); j < kk; ++j) {
+        if (lo[j] > minHi) continue;
+        const double dj = ML::toDouble(emulated(j).distance);
+        if (bestJ < 0 || closer(dj, best)) best = dj, bestJ = int(j);
+      }
+      return bestJ;
+    } else {
+      constexpr int kMaxStackD = 16;
+      H xhStack[kMaxStackD];
+      std::vector<H> xhHeap;
+      H* xh = xhStack;
+      if (dd > kMaxStackD) {
+        xhHeap.resize(std::size_t(dd));
+        xh = xhHeap.data();
+      }
+      const WT* xwRow = xw + i * d;
+      for (int c = 0; c < dd; ++c) xh[c] = MH::from(double(xwRow[c]));
+      const H pending = MH::from(INFINITY);  // a pair that passes, not yet emulated
+      double leastValue = INFINITY;          // least value of the pairs evaluated
+      double leastHi = INFINITY;             // least upper bound of the passing pairs
+      for (std::size_t j = 0; j < kk; ++j) {
+        if (cls[j] == 1) {
+          ++fallbacks;
+          val[j] = directDistance<H>(xh, ch.data() + j * std::size_t(dd), dd);
+          leastValue = std::min(leastValue, MH::toDouble(val[j]));
+        } else if (cls[j] == 2) {
+          val[j] = pending;
+          leastHi = std::min(leastHi, hi[j]);
+        } else {
+          bool fell = false;
+          val[j] = mixedDistance<LowT, H>(emulated(j), xh, ch.data() + j * std::size_t(dd), dd,
+                                          factor, &fell);
+          fallbacks += fell;
+          leastValue = std::min(leastValue, MH::toDouble(val[j]));
+        }
+      }
+      // A passing pair whose interval reaches the least value or upper bound may win; the others
+      // stay above it. When one passing pair alone reaches it, it attains leastHi, and every
+      // value evaluated lies above that, it wins without its value.
+      const double least = std::min(leastValue, leastHi);
+      int first = -1, count = 0;
+      for (std::size_t j = 0; j < kk; ++j)
+        if (val[j] == pending && lo[j] <= least) first = count++ == 0 ? int(j) : first;
+      if (count == 1 && leastHi < leastValue) return first;
+      for (std::size_t j = 0; j < kk; ++j)
+        if (val[j] == pending && lo[j] <= least) val[j] = convert<H>(emulated(j).distance);
+      H best = val[0];
+      int bestJ = 0;
+      for (std::size_t j = 1; j < kk; ++j)
+        if (closer(val[j], best)) best = val[j], bestJ = int(j);
+      return bestJ;
+    }
+  }
+
   // Bounded assignment of sample i currently labelled `label` (-1 before the first iteration).
   template <int DT>
   KMSEG_INLINE int assignBounded(std::size_t i, int label, LowT* dots) {
@@ -386,6 +565,8 @@ struct Lloyd {
     std::int64_t changed = 0, fallbacks = 0, twoAgo = 0;
     std::vector<LowT> dots(assign ? k : 0);
     std::vector<H> dist(assign && kFallback ? k : 0);
+    std::vector<double> bounds(assign && pruneNow ? 2 * k : 0);
+    std::vector<std::int8_t> classes(assign && pruneNow ? k : 0);
     const std::size_t dd = DT > 0 ? std::size_t(DT) : d;
     const std::size_t sEnd = std::min(sumBlocks, (b + 1) * group);
     for (std::size_t sb = b * group; sb < sEnd; ++sb) {
@@ -398,6 +579,10 @@ struct Lloyd {
           if constexpr (kBounded) {
             nl = bounded ? assignBounded<DT>(i, label, dots.data())
                          : assignOne<DT>(i, fallbacks, dots.data(), dist.data());
+          } else if constexpr (kEmulated) {
+            nl = pruneNow ? assignPruned<DT>(i, fallbacks, bounds.data(), bounds.data() + k,
+                                             classes.data(), dist.data())
+                          : assignOne<DT>(i, fallbacks, dots.data(), dist.data());
           } else {
             nl = assignOne<DT>(i, fallbacks, dots.data(), dist.data());
           }

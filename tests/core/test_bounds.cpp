@@ -35,9 +35,11 @@ KMeansResult expectBoundsExact(const Matrix& data, const Matrix& init, KMeansPar
   EXPECT_EQ(fast.stop, brute.stop);
   EXPECT_EQ(fast.emptyClusterEvents, brute.emptyClusterEvents);
   EXPECT_EQ(fast.sse, brute.sse);
+  EXPECT_EQ(fast.fallbacks, brute.fallbacks);
   EXPECT_EQ(fast.trace.size(), brute.trace.size());
   for (std::size_t t = 0; t < std::min(fast.trace.size(), brute.trace.size()); ++t) {
     EXPECT_EQ(fast.trace[t].changed, brute.trace[t].changed) << "iteration " << t + 1;
+    EXPECT_EQ(fast.trace[t].fallbacks, brute.trace[t].fallbacks) << "iteration " << t + 1;
     EXPECT_EQ(fast.trace[t].emptyClusters, brute.trace[t].emptyClusters) << "iteration " << t + 1;
   }
   return fast;

@@ -49,7 +49,10 @@ struct KMeansParams {
   bool traceSse = true;      ///< compute the SSE of every iteration in the trace
   int threads = 0;           ///< CPU threads; 0 = all hardware threads, at most kMaxThreads
   /// Skip distance evaluations that provably cannot change a label. CPU engine, uniform fp64/fp32
-  /// modes: Hamerly's bounds widened by the rounding error bound of the expanded formula. CUDA
+  /// modes: Hamerly's bounds widened by the rounding error bound of the expanded formula; modes
+  /// with fp16 or bf16 distances: each pair's emulated distance bounded in double, so that only
+  /// the centres that may win, and only the pairs whose reliability test the bounds leave
+  /// undecided, are emulated (a pair provably rejected is counted as a fallback). CUDA
   /// engine, D = 5, every mode: centres that are provably farther than another from every point
   /// of a warp's 128 points (a tile, see imageWidth), and in mixed modes provably accepted or
   /// provably rejected by the reliability test for all of them (rejected pairs are counted as
