@@ -374,7 +374,7 @@ struct Lloyd {
   }
 
   // Assigns sample i in an emulated mode with the bounds of emulated_bounds.h (pruneNow): the
-  // same label and fallback count as assignOne. `lo` and `hi` hold K doubles, `cls` K bytes,
+  // same label and fallback count as assignOne. `lo`, `hi` and `cls` hold K doubles,
   // `val` K values of H. Each pair's interval [lo, hi] holds its d^. Uniform modes emulate only the
   // centres whose interval reaches the least upper bound. Mixed modes: a pair whose interval lies
   // below the test's least threshold falls back (counted; its direct distance computed), one above
@@ -384,7 +384,7 @@ struct Lloyd {
   // compared in index order as in the full scan.
   template <int DT>
   KMSEG_INLINE int assignPruned(std::size_t i, std::int64_t& fallbacks, double* __restrict lo,
-                                double* __restrict hi, std::int8_t* __restrict cls,
+                                double* __restrict hi, double* __restrict cls,
                                 H* __restrict val) const {
     const int dd = DT > 0 ? DT : int(d);
     const std::size_t kk = k;
@@ -393,25 +393,70 @@ struct Lloyd {
     // p = x~^T c~ and w = sum_q (D - q) |x~_q c~_q| over the transposed centres, then each
     // pair's interval; a mixed mode also classifies each pair against the test's thresholds
     // (cls: 1 falls back, 2 passes, 0 undecided).
+    // Local copies: the stores below cannot alias them, so the loops over the centres vectorise.
+    const EmulatedBounds b = eb;
+    const double* __restrict cc = ccd.data();
+    const double* __restrict c0 = cdT.data();
+    const double* __restrict w0 = cwT.data();
+    double minHi = INFINITY;  // the least upper bound
     auto finish = [&](std::size_t j, double p, double w) {
-      const double s = xx + ccd[j];
+      const double s = xx + cc[j];
       const double delta = s - 2.0 * p;
-      const double m = eb.margin(s, w, delta);
-      lo[j] = delta - m;
-      hi[j] = delta + m;
-      if constexpr (kFallback)
-        cls[j] = std::int8_t(hi[j] < eb.testLo * s - eb.testAbs   ? 1
-                             : lo[j] > eb.testHi * s + eb.testAbs ? 2
-                                                                  : 0);
+      const double m = b.margin(s, w, delta);
+      const double l = delta - m, h = delta + m;
+      lo[j] = l;
+      hi[j] = h;
+      minHi = std::min(minHi, h);
+      if constexpr (kFallback) {
+        // Selects, not branches.
+        const double falls = h < b.testLo * s - b.testAbs ? 1.0 : 0.0;
+        const double passes = l > b.testHi * s + b.testAbs ? 2.0 : 0.0;
+        cls[j] = falls + passes;
+      }
     };
     if constexpr (DT > 0) {
       double xs[DT], as[DT];
       for (int q = 0; q < DT; ++q) xs[q] = ML::toDouble(x[q]), as[q] = std::fabs(xs[q]);
-      for (std::size_t j = 0; j < kk; ++j) {
-        double p = xs[0] * cdT[j], w = as[0] * cwT[j];
+      // Four centres at a time in vector lanes (element-wise IEEE operations, the same as
+      // `finish` computes), then the rest one by one.
+      using V = typename Vec4<double>::type;
+      constexpr std::size_t kLanes = sizeof(V) / sizeof(double);
+      const V one = {1.0, 1.0, 1.0, 1.0}, two = one + one, zero = one - one;
+      const V inf = one * INFINITY;
+      V hMin = inf;
+      std::size_t j0 = 0;
+      for (; j0 + kLanes <= kk; j0 += kLanes) {
+        V p, w, t, u;
+        std::memcpy(&t, c0 + j0, sizeof(V));
+        std::memcpy(&u, w0 + j0, sizeof(V));
+        p = xs[0] * t;
+        w = as[0] * u;
         for (int q = 1; q < DT; ++q) {
-          p += xs[q] * cdT[std::size_t(q) * kk + j];
-          w += as[q] * cwT[std::size_t(q) * kk + j];
+          std::memcpy(&t, c0 + std::size_t(q) * kk + j0, sizeof(V));
+          std::memcpy(&u, w0 + std::size_t(q) * kk + j0, sizeof(V));
+          p += xs[q] * t;
+          w += as[q] * u;
+        }
+        std::memcpy(&t, cc + j0, sizeof(V));
+        const V s = xx + t;
+        const V delta = s - 2.0 * p;
+        const V m = b.a1 * w + b.a2 * s + b.a3 * (delta < 0 ? -delta : delta) + b.a0;
+        const V l = delta - m, h = delta + m;
+        std::memcpy(lo + j0, &l, sizeof(V));
+        std::memcpy(hi + j0, &h, sizeof(V));
+        hMin = h < hMin ? h : hMin;
+        if constexpr (kFallback) {
+          const V c = (h < b.testLo * s - b.testAbs ? one : zero) +
+                      (l > b.testHi * s + b.testAbs ? two : zero);
+          std::memcpy(cls + j0, &c, sizeof(V));
+        }
+      }
+      for (std::size_t q = 0; q < kLanes; ++q) minHi = std::min(minHi, hMin[q]);
+      for (std::size_t j = j0; j < kk; ++j) {
+        double p = xs[0] * c0[j], w = as[0] * w0[j];
+        for (int q = 1; q < DT; ++q) {
+          p += xs[q] * c0[std::size_t(q) * kk + j];
+          w += as[q] * w0[std::size_t(q) * kk + j];
         }
         finish(j, p, w);
       }
@@ -441,8 +486,6 @@ struct Lloyd {
       (void)val;
       (void)cls;
       (void)fallbacks;
-      double minHi = hi[0];
-      for (std::size_t j = 1; j < kk; ++j) minHi = std::min(minHi, hi[j]);
       int first = -1, count = 0;
       for (std::size_t j = 0; j < kk; ++j)
         if (lo[j] <= minHi) first = count++ == 0 ? int(j) : first;
@@ -470,11 +513,11 @@ struct Lloyd {
       double leastValue = INFINITY;          // least value of the pairs evaluated
       double leastHi = INFINITY;             // least upper bound of the passing pairs
       for (std::size_t j = 0; j < kk; ++j) {
-        if (cls[j] == 1) {
+        if (cls[j] == 1.0) {
           ++fallbacks;
           val[j] = directDistance<H>(xh, ch.data() + j * std::size_t(dd), dd);
           leastValue = std::min(leastValue, MH::toDouble(val[j]));
-        } else if (cls[j] == 2) {
+        } else if (cls[j] == 2.0) {
           val[j] = pending;
           leastHi = std::min(leastHi, hi[j]);
         } else {
@@ -565,8 +608,7 @@ struct Lloyd {
     std::int64_t changed = 0, fallbacks = 0, twoAgo = 0;
     std::vector<LowT> dots(assign ? k : 0);
     std::vector<H> dist(assign && kFallback ? k : 0);
-    std::vector<double> bounds(assign && pruneNow ? 2 * k : 0);
-    std::vector<std::int8_t> classes(assign && pruneNow ? k : 0);
+    std::vector<double> bounds(assign && pruneNow ? 3 * k : 0);
     const std::size_t dd = DT > 0 ? std::size_t(DT) : d;
     const std::size_t sEnd = std::min(sumBlocks, (b + 1) * group);
     for (std::size_t sb = b * group; sb < sEnd; ++sb) {
@@ -581,7 +623,7 @@ struct Lloyd {
                          : assignOne<DT>(i, fallbacks, dots.data(), dist.data());
           } else if constexpr (kEmulated) {
             nl = pruneNow ? assignPruned<DT>(i, fallbacks, bounds.data(), bounds.data() + k,
-                                             classes.data(), dist.data())
+                                             bounds.data() + 2 * k, dist.data())
                           : assignOne<DT>(i, fallbacks, dots.data(), dist.data());
           } else {
             nl = assignOne<DT>(i, fallbacks, dots.data(), dist.data());
