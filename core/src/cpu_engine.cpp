@@ -390,14 +390,14 @@ struct Lloyd {
     const std::size_t kk = k;
     const LowT* x = lowRow(i);
     const double xx = ML::toDouble(xxl[i]);
-    // p = x~^T c~ and w = sum_q (D - q) |x~_q c~_q| over the transposed centres, then each
-    // pair's interval; a mixed mode also classifies each pair against the test's thresholds
-    // (cls: 1 falls back, 2 passes, 0 undecided).
     // Local copies: the stores below cannot alias them, so the loops over the centres vectorise.
     const EmulatedBounds b = eb;
     const double* __restrict cc = ccd.data();
     const double* __restrict c0 = cdT.data();
     const double* __restrict w0 = cwT.data();
+    // From p = x~^T c~ and w = sum_q (D - q) |x~_q c~_q| (over the transposed centres), each
+    // pair's interval; a mixed mode also classifies each pair against the test's thresholds
+    // (cls: 1 falls back, 2 passes, 0 undecided).
     double minHi = INFINITY;  // the least upper bound
     auto finish = [&](std::size_t j, double p, double w) {
       const double s = xx + cc[j];
