@@ -317,6 +317,20 @@ struct Lloyd {
     }
   }
 
+  // Sample i's working-precision row converted to H, as the direct formula takes it: in `stack`
+  // when D is at most kMaxStackD, else in `heap`.
+  static constexpr int kMaxStackD = 16;
+  const H* highRow(std::size_t i, H* stack, std::vector<H>& heap) const {
+    H* xh = stack;
+    if (d > std::size_t(kMaxStackD)) {
+      heap.resize(d);
+      xh = heap.data();
+    }
+    const WT* xwRow = xw + i * d;
+    for (std::size_t c = 0; c < d; ++c) xh[c] = MH::from(double(xwRow[c]));
+    return xh;
+  }
+
   // Assigns sample i: returns its label and adds to `fallbacks`. DT > 0 fixes D at compile time.
   // The K inner products advance together, one coordinate at a time, over the transposed
   // centres: each pair still sees acc = fma(x_q, c_q, acc) for q = 0..D-1 in order, but the loop
@@ -324,7 +338,6 @@ struct Lloyd {
   template <int DT>
   KMSEG_INLINE int assignOne(std::size_t i, std::int64_t& fallbacks, LowT* __restrict dots,
                              H* dist) const {
-    constexpr int kMaxStackD = 16;
     const int dd = DT > 0 ? DT : int(d);
     const std::size_t kk = k;
     const LowT* x = lowRow(i);
@@ -340,13 +353,7 @@ struct Lloyd {
     if constexpr (kFallback) {
       H xhStack[kMaxStackD];
       std::vector<H> xhHeap;
-      H* xh = xhStack;
-      if (dd > kMaxStackD) {
-        xhHeap.resize(std::size_t(dd));
-        xh = xhHeap.data();
-      }
-      const WT* xwRow = xw + i * d;
-      for (int c = 0; c < dd; ++c) xh[c] = MH::from(double(xwRow[c]));
+      const H* xh = highRow(i, xhStack, xhHeap);
       for (std::size_t j = 0; j < kk; ++j) {
         bool fell = false;
         dist[j] = mixedDistance<LowT, H>(expandedDistance<LowT>(xx, ccl[j], dots[j]), xh,
@@ -499,16 +506,9 @@ struct Lloyd {
       }
       return bestJ;
     } else {
-      constexpr int kMaxStackD = 16;
       H xhStack[kMaxStackD];
       std::vector<H> xhHeap;
-      H* xh = xhStack;
-      if (dd > kMaxStackD) {
-        xhHeap.resize(std::size_t(dd));
-        xh = xhHeap.data();
-      }
-      const WT* xwRow = xw + i * d;
-      for (int c = 0; c < dd; ++c) xh[c] = MH::from(double(xwRow[c]));
+      const H* xh = highRow(i, xhStack, xhHeap);
       const H pending = MH::from(INFINITY);  // a pair that passes, not yet emulated
       double leastValue = INFINITY;          // least value of the pairs evaluated
       double leastHi = INFINITY;             // least upper bound of the passing pairs

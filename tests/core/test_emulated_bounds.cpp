@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bounds_runs.h"
 #include "emulated_bounds.h"
 #include "kmseg/distance.h"
 #include "kmseg/engine.h"
@@ -98,30 +99,8 @@ TEST(EmulatedBounds, MarginHoldsTheEmulatedBf16Distance) {
 }
 
 using test::blobs;
+using test::expectBoundsChangeNothing;
 using test::randomData;
-
-// Runs `p` with and without the bounds from the same centres; every result and every
-// iteration's statistics must be identical.
-void expectPrunedExact(const Matrix& data, const Matrix& init, KMeansParams p,
-                       const std::string& what) {
-  SCOPED_TRACE(what + ", " + std::string(modeName(p.mode)) + ", K = " + std::to_string(p.k) +
-               ", D = " + std::to_string(data.cols));
-  p.useBounds = true;
-  const KMeansResult fast = makeCpuEngine(2)->run(data, init, p);
-  p.useBounds = false;
-  const KMeansResult full = makeCpuEngine(2)->run(data, init, p);
-  EXPECT_EQ(fast.labels, full.labels);
-  EXPECT_EQ(fast.centroids.values, full.centroids.values);
-  EXPECT_EQ(fast.iterations, full.iterations);
-  EXPECT_EQ(fast.stop, full.stop);
-  EXPECT_EQ(fast.fallbacks, full.fallbacks);
-  EXPECT_EQ(fast.emptyClusterEvents, full.emptyClusterEvents);
-  ASSERT_EQ(fast.trace.size(), full.trace.size());
-  for (std::size_t t = 0; t < fast.trace.size(); ++t) {
-    EXPECT_EQ(fast.trace[t].changed, full.trace[t].changed) << "iteration " << t + 1;
-    EXPECT_EQ(fast.trace[t].fallbacks, full.trace[t].fallbacks) << "iteration " << t + 1;
-  }
-}
 
 constexpr Mode kEmulatedModes[] = {Mode::Fp16,     Mode::Bf16,     Mode::Fp16Fp32,
                                    Mode::Fp16Fp64, Mode::Bf16Fp32, Mode::Bf16Fp64};
@@ -144,14 +123,15 @@ TEST(EmulatedBounds, RunsGiveTheFullScanOnPhotoLikeData) {
   const Matrix data = blobs(12000, 5, 12, 0.06, 3, 0.0, 1.0, 16);
   for (Mode mode : kEmulatedModes)
     for (int k : {1, 3, 8, 32})
-      expectPrunedExact(data, initialCentres(data, k, 5), paramsFor(mode, k, 25), "blobs");
+      expectBoundsChangeNothing(data, initialCentres(data, k, 5), paramsFor(mode, k, 25), "blobs");
 }
 
 TEST(EmulatedBounds, RunsGiveTheFullScanOnUniformDataAndOtherDimensions) {
   for (std::size_t d : {1, 2, 16}) {
     const Matrix data = randomData(6000, d, 9);
     for (Mode mode : kEmulatedModes)
-      expectPrunedExact(data, initialCentres(data, 6, 2), paramsFor(mode, 6, 20), "uniform");
+      expectBoundsChangeNothing(data, initialCentres(data, 6, 2), paramsFor(mode, 6, 20),
+                                "uniform");
   }
 }
 
@@ -161,7 +141,7 @@ TEST(EmulatedBounds, RunsGiveTheFullScanWhereTheFormulaCancels) {
   Matrix data = blobs(8000, 5, 6, 0.002, 4);
   for (double& v : data.values) v = 3.0 + v;
   for (Mode mode : kEmulatedModes)
-    expectPrunedExact(data, initialCentres(data, 6, 1), paramsFor(mode, 6, 20), "near");
+    expectBoundsChangeNothing(data, initialCentres(data, 6, 1), paramsFor(mode, 6, 20), "near");
 }
 
 // A coarse grid with exact duplicates and symmetric centres: distances tie exactly.
@@ -175,7 +155,8 @@ TEST(EmulatedBounds, RunsGiveTheFullScanWithExactTies) {
     init(std::size_t(j), 0) = (j % 2 == 0) ? 0.25 : 0.75;
     init(std::size_t(j), 1) = 0.5 + 0.25 * (j / 2) * ((j / 2) % 2 == 0 ? 1 : -1);
   }
-  for (Mode mode : kEmulatedModes) expectPrunedExact(data, init, paramsFor(mode, 4, 20), "grid");
+  for (Mode mode : kEmulatedModes)
+    expectBoundsChangeNothing(data, init, paramsFor(mode, 4, 20), "grid");
 }
 
 // Signed data (z-scores), values so small that the 16-bit products underflow, and values so
@@ -185,8 +166,8 @@ TEST(EmulatedBounds, RunsGiveTheFullScanAtEveryScale) {
     Matrix data = blobs(5000, 5, 8, 0.1, 6, scale < 0 ? -2.0 : 0.0, 1.0);
     for (double& v : data.values) v *= std::fabs(scale);
     for (Mode mode : kEmulatedModes)
-      expectPrunedExact(data, initialCentres(data, 8, 3), paramsFor(mode, 8, 15),
-                        "scale " + std::to_string(scale));
+      expectBoundsChangeNothing(data, initialCentres(data, 8, 3), paramsFor(mode, 8, 15),
+                                "scale " + std::to_string(scale));
   }
 }
 
@@ -194,7 +175,7 @@ TEST(EmulatedBounds, RunsGiveTheFullScanWhenClustersEmpty) {
   const Matrix data = blobs(4000, 2, 3, 0.01, 4);
   for (Mode mode : kEmulatedModes) {
     KMeansParams p = paramsFor(mode, 6, 20);
-    expectPrunedExact(data, test::centresThatEmpty(), p, "reseed");
+    expectBoundsChangeNothing(data, test::centresThatEmpty(), p, "reseed");
     p.useBounds = true;
     EXPECT_GT(makeCpuEngine(2)->run(data, test::centresThatEmpty(), p).emptyClusterEvents, 0);
   }
