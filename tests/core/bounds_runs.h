@@ -14,6 +14,16 @@
 
 namespace kmseg::test {
 
+/// A run of `mode` with K = `k` that goes on until the labels settle (tolerance 0) or the cap.
+inline KMeansParams boundsRunParams(Mode mode, int k, int maxIterations) {
+  KMeansParams p;
+  p.k = k;
+  p.mode = mode;
+  p.maxIterations = maxIterations;
+  p.tolerance = 0;
+  return p;
+}
+
 /// Runs `p` on the CPU engine with and without the bounds from the same centres and expects
 /// every result and every iteration's statistics to be identical. Returns the bounded run.
 inline KMeansResult expectBoundsChangeNothing(const Matrix& data, const Matrix& init,

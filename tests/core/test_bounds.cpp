@@ -21,16 +21,8 @@ namespace {
 using test::blobs;
 using test::randomData;
 
+using test::boundsRunParams;
 using test::expectBoundsChangeNothing;
-
-KMeansParams paramsFor(Mode mode, int k, int maxIterations) {
-  KMeansParams p;
-  p.k = k;
-  p.mode = mode;
-  p.maxIterations = maxIterations;
-  p.tolerance = 0;  // run until the labels settle (or the cap)
-  return p;
-}
 
 TEST(Bounds, UniformDataAtSeveralK) {
   const Matrix data = randomData(60000, 5, 11);
@@ -38,7 +30,7 @@ TEST(Bounds, UniformDataAtSeveralK) {
     for (int k : {2, 3, 8, 16, 32}) {
       const Matrix init =
           gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, std::uint32_t(k)));
-      expectBoundsChangeNothing(data, init, paramsFor(mode, k, 80), "uniform");
+      expectBoundsChangeNothing(data, init, boundsRunParams(mode, k, 80), "uniform");
     }
 }
 
@@ -53,7 +45,7 @@ TEST(Bounds, CentresThatTravelFar) {
       for (int j = 0; j < k; ++j)
         for (std::size_t q = 0; q < 3; ++q) init(std::size_t(j), q) = -0.5 + 0.01 * j + 0.001 * q;
       const KMeansResult r =
-          expectBoundsChangeNothing(data, init, paramsFor(mode, k, 100), "travel");
+          expectBoundsChangeNothing(data, init, boundsRunParams(mode, k, 100), "travel");
       EXPECT_GT(r.iterations, 3);
     }
 }
@@ -77,7 +69,7 @@ TEST(Bounds, DuplicatesAndExactTies) {
         init(std::size_t(j), 0) = (j % 2 == 0) ? 0.25 : 0.75;
         init(std::size_t(j), 1) = 0.5 + 0.25 * (j / 2) * ((j / 2) % 2 == 0 ? 1 : -1);
       }
-      expectBoundsChangeNothing(data, init, paramsFor(mode, k, 60), "grid");
+      expectBoundsChangeNothing(data, init, boundsRunParams(mode, k, 60), "grid");
     }
   }
 }
@@ -91,7 +83,7 @@ TEST(Bounds, LargeRoundingErrorFarFromTheOrigin) {
   for (Mode mode : {Mode::Fp64, Mode::Fp32})
     for (int k : {3, 8}) {
       const Matrix init = gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, 2));
-      expectBoundsChangeNothing(data, init, paramsFor(mode, k, 60), "offset");
+      expectBoundsChangeNothing(data, init, boundsRunParams(mode, k, 60), "offset");
     }
 }
 
@@ -102,7 +94,8 @@ TEST(Bounds, ReseededEmptyClusters) {
   // Three centres near one blob, three far away from everything: some lose all their points.
   const Matrix init = test::centresThatEmpty();
   for (Mode mode : {Mode::Fp64, Mode::Fp32}) {
-    const KMeansResult r = expectBoundsChangeNothing(data, init, paramsFor(mode, 6, 60), "reseed");
+    const KMeansResult r =
+        expectBoundsChangeNothing(data, init, boundsRunParams(mode, 6, 60), "reseed");
     EXPECT_GT(r.emptyClusterEvents, 0);
   }
 }
@@ -114,7 +107,7 @@ TEST(Bounds, SameResultForAnyThreadCount) {
   for (Mode mode : {Mode::Fp64, Mode::Fp32})
     for (int k : {3, 8, 24}) {
       const Matrix init = gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, 6));
-      KMeansParams p = paramsFor(mode, k, 40);
+      KMeansParams p = boundsRunParams(mode, k, 40);
       p.threads = 1;
       const KMeansResult one = makeCpuEngine(1)->run(data, init, p);
       for (int t : {2, 3, 5}) {

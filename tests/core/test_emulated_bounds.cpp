@@ -99,20 +99,12 @@ TEST(EmulatedBounds, MarginHoldsTheEmulatedBf16Distance) {
 }
 
 using test::blobs;
+using test::boundsRunParams;
 using test::expectBoundsChangeNothing;
 using test::randomData;
 
 constexpr Mode kEmulatedModes[] = {Mode::Fp16,     Mode::Bf16,     Mode::Fp16Fp32,
                                    Mode::Fp16Fp64, Mode::Bf16Fp32, Mode::Bf16Fp64};
-
-KMeansParams paramsFor(Mode mode, int k, int maxIterations) {
-  KMeansParams p;
-  p.k = k;
-  p.mode = mode;
-  p.maxIterations = maxIterations;
-  p.tolerance = 0;
-  return p;
-}
 
 Matrix initialCentres(const Matrix& data, int k, std::uint64_t seed) {
   return gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, seed));
@@ -123,14 +115,15 @@ TEST(EmulatedBounds, RunsGiveTheFullScanOnPhotoLikeData) {
   const Matrix data = blobs(12000, 5, 12, 0.06, 3, 0.0, 1.0, 16);
   for (Mode mode : kEmulatedModes)
     for (int k : {1, 3, 8, 32})
-      expectBoundsChangeNothing(data, initialCentres(data, k, 5), paramsFor(mode, k, 25), "blobs");
+      expectBoundsChangeNothing(data, initialCentres(data, k, 5), boundsRunParams(mode, k, 25),
+                                "blobs");
 }
 
 TEST(EmulatedBounds, RunsGiveTheFullScanOnUniformDataAndOtherDimensions) {
   for (std::size_t d : {1, 2, 16}) {
     const Matrix data = randomData(6000, d, 9);
     for (Mode mode : kEmulatedModes)
-      expectBoundsChangeNothing(data, initialCentres(data, 6, 2), paramsFor(mode, 6, 20),
+      expectBoundsChangeNothing(data, initialCentres(data, 6, 2), boundsRunParams(mode, 6, 20),
                                 "uniform");
   }
 }
@@ -141,7 +134,8 @@ TEST(EmulatedBounds, RunsGiveTheFullScanWhereTheFormulaCancels) {
   Matrix data = blobs(8000, 5, 6, 0.002, 4);
   for (double& v : data.values) v = 3.0 + v;
   for (Mode mode : kEmulatedModes)
-    expectBoundsChangeNothing(data, initialCentres(data, 6, 1), paramsFor(mode, 6, 20), "near");
+    expectBoundsChangeNothing(data, initialCentres(data, 6, 1), boundsRunParams(mode, 6, 20),
+                              "near");
 }
 
 // A coarse grid with exact duplicates and symmetric centres: distances tie exactly.
@@ -156,7 +150,7 @@ TEST(EmulatedBounds, RunsGiveTheFullScanWithExactTies) {
     init(std::size_t(j), 1) = 0.5 + 0.25 * (j / 2) * ((j / 2) % 2 == 0 ? 1 : -1);
   }
   for (Mode mode : kEmulatedModes)
-    expectBoundsChangeNothing(data, init, paramsFor(mode, 4, 20), "grid");
+    expectBoundsChangeNothing(data, init, boundsRunParams(mode, 4, 20), "grid");
 }
 
 // Signed data (z-scores), values so small that the 16-bit products underflow, and values so
@@ -166,7 +160,7 @@ TEST(EmulatedBounds, RunsGiveTheFullScanAtEveryScale) {
     Matrix data = blobs(5000, 5, 8, 0.1, 6, scale < 0 ? -2.0 : 0.0, 1.0);
     for (double& v : data.values) v *= std::fabs(scale);
     for (Mode mode : kEmulatedModes)
-      expectBoundsChangeNothing(data, initialCentres(data, 8, 3), paramsFor(mode, 8, 15),
+      expectBoundsChangeNothing(data, initialCentres(data, 8, 3), boundsRunParams(mode, 8, 15),
                                 "scale " + std::to_string(scale));
   }
 }
@@ -174,7 +168,7 @@ TEST(EmulatedBounds, RunsGiveTheFullScanAtEveryScale) {
 TEST(EmulatedBounds, RunsGiveTheFullScanWhenClustersEmpty) {
   const Matrix data = blobs(4000, 2, 3, 0.01, 4);
   for (Mode mode : kEmulatedModes) {
-    KMeansParams p = paramsFor(mode, 6, 20);
+    KMeansParams p = boundsRunParams(mode, 6, 20);
     expectBoundsChangeNothing(data, test::centresThatEmpty(), p, "reseed");
     p.useBounds = true;
     EXPECT_GT(makeCpuEngine(2)->run(data, test::centresThatEmpty(), p).emptyClusterEvents, 0);
