@@ -115,6 +115,7 @@ struct Lloyd {
   std::vector<LowT> clT;           // D x K transpose of cl
   std::vector<LowT> ccl;           // ||c~||^2 per centre
   std::vector<H> ch;               // K x D centres in H (fallback)
+  std::vector<H> chT;              // D x K transpose of ch (pruned mixed modes)
   H factor{};
 
   // Distance bounds (Hamerly) for the uniform fp64/fp32 modes: per sample an upper bound on the
@@ -248,6 +249,7 @@ struct Lloyd {
         }
         cdT.resize(k * d);
         cwT.resize(k * d);
+        if constexpr (kFallback) chT.resize(k * d);
         ccd.resize(k);
       }
     }
@@ -267,6 +269,10 @@ struct Lloyd {
     for (std::size_t j = 0; j < k; ++j) ccl[j] = squaredNorm<LowT>(cl.data() + j * d, int(d));
     for (std::size_t j = 0; j < k; ++j)
       for (std::size_t q = 0; q < d; ++q) clT[q * k + j] = cl[j * d + q];
+    if constexpr (kFallback)
+      if (pruned)
+        for (std::size_t j = 0; j < k; ++j)
+          for (std::size_t q = 0; q < d; ++q) chT[q * k + j] = ch[j * d + q];
     if (pruned) {
       double ccMax = 0;
       bool finite = true;
@@ -509,39 +515,55 @@ struct Lloyd {
       H xhStack[kMaxStackD];
       std::vector<H> xhHeap;
       const H* xh = highRow(i, xhStack, xhHeap);
-      const H pending = MH::from(INFINITY);  // a pair that passes, not yet emulated
-      double leastValue = INFINITY;          // least value of the pairs evaluated
-      double leastHi = INFINITY;             // least upper bound of the passing pairs
+      // Every centre's direct distance, the centres side by side over chT: per pair the
+      // operations of directDistance (acc = fma(t, t, acc), t = x_q - c_q, from acc = 0), so
+      // the same values, in vector lanes where the instruction set has fma.
+      {
+        const H* __restrict c0h = chT.data();
+        for (std::size_t j = 0; j < kk; ++j) {
+          const H t = xh[0] - c0h[j];
+          val[j] = std::fma(t, t, H(0));
+        }
+        for (int q = 1; q < dd; ++q) {
+          const H xq = xh[q];
+          const H* __restrict cq = chT.data() + std::size_t(q) * kk;
+          for (std::size_t j = 0; j < kk; ++j) {
+            const H t = xq - cq[j];
+            val[j] = std::fma(t, t, val[j]);
+          }
+        }
+      }
+      // The argmin over the pairs with a value, in index order (ties to the lowest index).
+      int bestJ = -1;
+      H best{};
+      auto take = [&](int j, H v) {
+        if (bestJ < 0 || v < best || (v == best && j < bestJ)) best = v, bestJ = j;
+      };
+      double leastHi = INFINITY;  // least upper bound of the passing pairs
       for (std::size_t j = 0; j < kk; ++j) {
         if (cls[j] == 1.0) {
           ++fallbacks;
-          val[j] = directDistance<H>(xh, ch.data() + j * std::size_t(dd), dd);
-          leastValue = std::min(leastValue, MH::toDouble(val[j]));
+          take(int(j), val[j]);
         } else if (cls[j] == 2.0) {
-          val[j] = pending;
           leastHi = std::min(leastHi, hi[j]);
         } else {
-          bool fell = false;
-          val[j] = mixedDistance<LowT, H>(emulated(j), xh, ch.data() + j * std::size_t(dd), dd,
-                                          factor, &fell);
+          const Expanded<LowT> e = emulated(j);
+          const bool fell = fallsBack<LowT, H>(e, factor);
           fallbacks += fell;
-          leastValue = std::min(leastValue, MH::toDouble(val[j]));
+          take(int(j), fell ? val[j] : convert<H>(e.distance));
         }
       }
       // A passing pair whose interval reaches the least value or upper bound may win; the others
       // stay above it. When one passing pair alone reaches it, it attains leastHi, and every
-      // value evaluated lies above that, it wins without its value.
+      // value found lies above that, it wins without its value.
+      const double leastValue = bestJ < 0 ? INFINITY : MH::toDouble(best);
       const double least = std::min(leastValue, leastHi);
       int first = -1, count = 0;
       for (std::size_t j = 0; j < kk; ++j)
-        if (val[j] == pending && lo[j] <= least) first = count++ == 0 ? int(j) : first;
+        if (cls[j] == 2.0 && lo[j] <= least) first = count++ == 0 ? int(j) : first;
       if (count == 1 && leastHi < leastValue) return first;
       for (std::size_t j = 0; j < kk; ++j)
-        if (val[j] == pending && lo[j] <= least) val[j] = convert<H>(emulated(j).distance);
-      H best = val[0];
-      int bestJ = 0;
-      for (std::size_t j = 1; j < kk; ++j)
-        if (closer(val[j], best)) best = val[j], bestJ = int(j);
+        if (cls[j] == 2.0 && lo[j] <= least) take(int(j), convert<H>(emulated(j).distance));
       return bestJ;
     }
   }
