@@ -22,21 +22,21 @@
 namespace kmseg {
 namespace {
 
-// One pair of the formula in the emulated type T: what the engine's bounds must hold.
-template <class T>
+// One pair of the formula, evaluated in T (Math<T>), and the quantities the engine's bounds take
+// (emulated_bounds.h): what the bounds must hold.
 struct Pair {
   double dHat, sumNorms, s, delta, w;
 };
 
 template <class T>
-Pair<T> evaluate(const std::vector<double>& xv, const std::vector<double>& cv) {
+Pair evaluate(const std::vector<double>& xv, const std::vector<double>& cv) {
   using M = Math<T>;
   const int d = int(xv.size());
   std::vector<T> x(xv.size()), c(cv.size());
   for (int q = 0; q < d; ++q) x[q] = M::from(xv[q]), c[q] = M::from(cv[q]);
   const T xx = squaredNorm<T>(x.data(), d), cc = squaredNorm<T>(c.data(), d);
   const Expanded<T> e = expandedDistance<T>(xx, cc, dotProduct<T>(x.data(), c.data(), d));
-  Pair<T> p;
+  Pair p;
   p.dHat = M::toDouble(e.distance);
   p.sumNorms = M::toDouble(e.sumNorms);
   p.s = M::toDouble(xx) + M::toDouble(cc);
@@ -71,7 +71,7 @@ void checkMargins(Precision low, double& worst) {
           x[q] = std::fabs(scale) * u(rng);
           c[q] = t % 2 == 0 ? std::fabs(scale) * u(rng) : x[q] * (1.0 + near(rng));
         }
-        const Pair<T> p = evaluate<T>(x, c);
+        const Pair p = evaluate<T>(x, c);
         ASSERT_LT(4.0 * p.s, b.rangeLimit);
         const double m = b.margin(p.s, p.w, p.delta);
         const double err = std::fabs(p.dHat - p.delta);
