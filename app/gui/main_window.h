@@ -103,6 +103,7 @@ class MainWindow : public QMainWindow {
   void exportDialog(Controller::ExportKind kind);
   void exportViewDialog();
   void showRow(int row);
+  void forgetReferenceMaps();
   void showPixel(QPoint pixel);
   void addRecent(const QString& path);
   void rebuildRecentMenu();
@@ -147,7 +148,6 @@ class MainWindow : public QMainWindow {
   QPointer<QMessageBox> errorBox_;
   int shownRow_ = -1;
   /// The reference's maps, rendered once per result (showRow); forgetReferenceMaps() drops them.
-  void forgetReferenceMaps();
   std::shared_ptr<const RunOutcome> referenceOf_;
   QImage referenceLabels_, referenceBoundaries_;
   bool firstShow_ = true;

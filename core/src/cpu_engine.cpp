@@ -136,7 +136,8 @@ struct Lloyd {
   std::vector<LowT> prevCl;               // previous iteration's cl
   std::vector<double> drift;              // per centre: total movement so far, rounded up
   double driftMax = 0;                    // running total of the largest movement per iteration
-  double xxMax = 0, errorBound = 0, errorFactor = 0;
+  double xxMax = 0;  // largest ||x~||^2 as computed (infinite when one overflowed): every mode
+  double errorBound = 0, errorFactor = 0;
   // Hamerly's half-distance test: gapMin[a] <= min over j != a of ||c~_a - c~_j||, so by the
   // triangle inequality ||x~ - c~_j|| >= gapMin[a] - u for every j != a whenever
   // u >= ||x~ - c~_a||: a second lower bound on the other centres' distances that needs no
@@ -158,7 +159,6 @@ struct Lloyd {
   bool pruned = false;      // useBounds, for an emulated mode
   bool pruneNow = false;    // this iteration: pruned, and every value stays in range
   EmulatedBounds eb;        // margins of this mode
-  double xxMaxLow = 0;      // largest xx over the samples (infinite when one overflowed)
   std::vector<double> cdT;  // D x K: c~ in double
   std::vector<double> cwT;  // D x K: (D - q) |c~_q|
   std::vector<double> ccd;  // ||c~||^2 as computed (ccl), in double
@@ -196,8 +196,10 @@ struct Lloyd {
     if constexpr (!kSharedLow) xl.resize(n * d);
     xxl.resize(n);
     // Conversions and norms, block by block on all threads (first touch included). The rows
-    // whose norm is not finite are countNormOverflows's count, taken from the same norms.
+    // whose norm is not finite are countNormOverflows's count, taken from the same norms, as is
+    // the largest norm (infinite when one overflowed), which the bounds take.
     std::vector<std::int64_t> blockOverflows(blocks, 0);
+    std::vector<double> blockXxMax(blocks, 0.0);
     parallelFor(std::int64_t(blocks), threads, [&](std::int64_t b) {
       const std::size_t lo = std::size_t(b) * blockSize, hi = std::min(n, lo + blockSize);
       if constexpr (!std::is_same_v<WT, double>)
@@ -206,10 +208,13 @@ struct Lloyd {
         for (std::size_t e = lo * d; e < hi * d; ++e) xl[e] = ML::from(double(xw[e]));
       for (std::size_t i = lo; i < hi; ++i) {
         xxl[i] = squaredNorm<LowT>(lowRow(i), int(d));
-        blockOverflows[std::size_t(b)] += std::isfinite(ML::toDouble(xxl[i])) ? 0 : 1;
+        const double v = ML::toDouble(xxl[i]);
+        blockOverflows[std::size_t(b)] += std::isfinite(v) ? 0 : 1;
+        blockXxMax[std::size_t(b)] = std::max(blockXxMax[std::size_t(b)], v);
       }
     });
     for (std::int64_t c : blockOverflows) normOverflows += c;
+    for (double v : blockXxMax) xxMax = std::max(xxMax, v);
     if constexpr (kFallback)
       factor = MH::from(reliabilityFactor(params.rho, int(d), lowPrecision(params.mode)));
     blockSum.resize(sumBlocks * k * d);
@@ -228,7 +233,6 @@ struct Lloyd {
         prevCl.assign(k * d, ML::from(0.0));
         gapMin.assign(k, -INFINITY);
         drift.assign(k, 0.0);
-        for (std::size_t i = 0; i < n; ++i) xxMax = std::max(xxMax, ML::toDouble(xxl[i]));
         // E = 2 gamma_{D+2} (||x||^2 + ||c||^2) bounds the error of the expanded formula; 1.01
         // covers using the computed norms in place of the exact ones.
         errorFactor = 1.01 * 2.0 * gammaN(int(d) + 2, unitRoundoff(lowPrecision(params.mode)));
@@ -243,10 +247,6 @@ struct Lloyd {
           uHigh = unitRoundoff(std::is_same_v<H, float> ? Precision::Fp32 : Precision::Fp64);
         }
         eb = EmulatedBounds::make(lowPrecision(params.mode), int(d), f, uHigh);
-        for (std::size_t i = 0; i < n; ++i) {
-          const double v = ML::toDouble(xxl[i]);
-          xxMaxLow = std::isfinite(v) ? std::max(xxMaxLow, v) : INFINITY;
-        }
         cdT.resize(k * d);
         cwT.resize(k * d);
         if constexpr (kFallback) chT.resize(k * d);
@@ -286,7 +286,7 @@ struct Lloyd {
           cwT[q * k + j] = double(d - q) * std::fabs(c);
         }
       }
-      pruneNow = finite && 4.0 * (xxMaxLow + ccMax) < eb.rangeLimit;
+      pruneNow = finite && 4.0 * (xxMax + ccMax) < eb.rangeLimit;
     }
     if (bounded) {
       double deltaMax = 0, ccMax = 0;
@@ -477,13 +477,13 @@ struct Lloyd {
       // lo: p, hi: w, accumulated coordinate by coordinate.
       const double x0 = ML::toDouble(x[0]), a0 = std::fabs(x0);
       for (std::size_t j = 0; j < kk; ++j) {
-        lo[j] = x0 * cdT[j];
-        hi[j] = a0 * cwT[j];
+        lo[j] = x0 * c0[j];
+        hi[j] = a0 * w0[j];
       }
       for (int q = 1; q < dd; ++q) {
         const double xq = ML::toDouble(x[q]), aq = std::fabs(xq);
-        const double* __restrict cq = cdT.data() + std::size_t(q) * kk;
-        const double* __restrict wq = cwT.data() + std::size_t(q) * kk;
+        const double* __restrict cq = c0 + std::size_t(q) * kk;
+        const double* __restrict wq = w0 + std::size_t(q) * kk;
         for (std::size_t j = 0; j < kk; ++j) {
           lo[j] += xq * cq[j];
           hi[j] += aq * wq[j];
@@ -537,7 +537,7 @@ struct Lloyd {
       int bestJ = -1;
       H best{};
       auto take = [&](int j, H v) {
-        if (bestJ < 0 || v < best || (v == best && j < bestJ)) best = v, bestJ = j;
+        if (bestJ < 0 || closerOrEarlier(v, j, best, bestJ)) best = v, bestJ = j;
       };
       double leastHi = INFINITY;  // least upper bound of the passing pairs
       for (std::size_t j = 0; j < kk; ++j) {

@@ -27,6 +27,13 @@ KMSEG_HOST_DEVICE inline bool closer(D candidate, D best) {
   return candidate < best || (best != best && candidate == candidate);
 }
 
+/// The same argmin for centres met in any order: centre `index` replaces the best so far (centre
+/// `bestIndex`) when closer, or equally close and of a lower index.
+template <class D>
+KMSEG_HOST_DEVICE inline bool closerOrEarlier(D candidate, int index, D best, int bestIndex) {
+  return closer(candidate, best) || (candidate == best && index < bestIndex);
+}
+
 /// Empty-cluster re-seeding picks the point farthest from the centre it was assigned to
 /// (direct formula in the working precision); ties go to the lowest point index.
 template <class D>
