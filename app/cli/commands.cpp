@@ -6,6 +6,7 @@
 #include <functional>
 #include <future>
 #include <iostream>
+#include <mutex>
 
 #include <unistd.h>
 
@@ -37,14 +38,13 @@ std::string formatRow(const char* mode, const KMeansResult& r, const Comparison*
   return buf;
 }
 
-void printTable(const WorkflowResult& w, const std::vector<Mode>& modes) {
+void printTableHeader() {
   std::printf("%-10s %5s  %-18s %9s  %14s  %8s  %8s  %8s  %8s\n", "mode", "iter", "stop",
               "time [s]", "SSE", "Diff %", "ARI", "AMI", "fallback%");
-  std::printf("%s\n", formatRow("reference", w.reference, nullptr).c_str());
-  for (std::size_t i = 0; i < modes.size(); ++i) {
-    const std::string name(modeName(modes[i]));
-    std::printf("%s\n", formatRow(name.c_str(), w.modes[i].result, &w.modes[i].comparison).c_str());
-  }
+}
+
+/// The notes under the table, once every row is printed.
+void printTableNotes(const WorkflowResult& w, const std::vector<Mode>& modes) {
   bool capped = w.reference.stop == StopReason::MaxIterations;
   for (const auto& m : w.modes) capped = capped || m.result.stop == StopReason::MaxIterations;
   if (capped)
@@ -111,12 +111,21 @@ void runCommand(const std::string& command, const Options& o) {
   EngineChoice choice = engine.get();
   if (!choice.note.empty() && !o.quiet) std::fprintf(stderr, "kmseg: %s\n", choice.note.c_str());
 
+  std::printf("%s: %d x %d pixels, K = %d, backend %s\n", o.image.filename().string().c_str(),
+              image.width, image.height, o.workflow.kmeans.k, choice.engine->description().c_str());
+  printTableHeader();
+  std::fflush(stdout);
+
   // A live progress line on a terminal, at most ten updates a second; nothing when redirected.
+  // It and the table's rows, printed as each run completes (runWorkflow may report a row from
+  // another thread), take turns on the terminal.
+  std::mutex terminal;
   WorkflowProgress progress;
   const bool live = !o.quiet && ::isatty(STDERR_FILENO);
   auto lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
   if (live) {
     progress = [&](int run, int runCount, Mode mode, const IterationStats& s) {
+      const std::lock_guard lock(terminal);
       const auto now = std::chrono::steady_clock::now();
       if (now - lastDraw < std::chrono::milliseconds(100)) return;
       lastDraw = now;
@@ -127,14 +136,19 @@ void runCommand(const std::string& command, const Options& o) {
       std::fflush(stderr);
     };
   }
+  const WorkflowRunDone printRow = [&](int run, const KMeansResult& r, const Comparison* c) {
+    const std::lock_guard lock(terminal);
+    if (live) std::fprintf(stderr, "\r%100s\r", "");
+    const std::string name = run == 0 ? "reference" : std::string(modeName(o.modes[run - 1]));
+    std::printf("%s\n", formatRow(name.c_str(), r, c).c_str());
+    std::fflush(stdout);
+    lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  };
   const WorkflowResult w =
       runWorkflow(*choice.engine, features.rows, o.modes, workflowFor(o.workflow, image), progress,
-                  nullptr, features.lookup ? &*features.lookup : nullptr);
+                  nullptr, features.lookup ? &*features.lookup : nullptr, nullptr, printRow);
   if (live) std::fprintf(stderr, "\r%100s\r", "");
-
-  std::printf("%s: %d x %d pixels, K = %d, backend %s\n", o.image.filename().string().c_str(),
-              image.width, image.height, o.workflow.kmeans.k, w.engine.c_str());
-  printTable(w, o.modes);
+  printTableNotes(w, o.modes);
 
   // Outputs: label map (exact ids), colour map and disagreement mask per mode, then reports.
   const int k = o.workflow.kmeans.k;

@@ -95,17 +95,18 @@ UserError describeRunError(std::exception_ptr error) {
   }
 }
 
-/// One item of a run's result stream: progress, then one Done or Failed.
+/// One item of a run's result stream: progress and rows, then one Done or Failed.
 struct RunEvent {
-  enum class Kind { Progress, Done, Failed };
+  enum class Kind { Progress, Rows, Done, Failed };
   Kind kind = Kind::Progress;
   RunProgress progress;
-  std::shared_ptr<const RunOutcome> outcome;
+  std::shared_ptr<const RunOutcome> outcome;  ///< Rows and Done: the outcome so far
   UserError error;
 };
 
 /// The worker: features, engine and workflow, entirely on a pool thread. It reads only its
-/// arguments (the image is immutable and shared) and reports through `promise`.
+/// arguments (the image is immutable and shared) and reports through `promise`: each row as it
+/// is complete, in an outcome of its own that shares the rows before.
 void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedImage> image,
             std::shared_ptr<const PreparedFeatures> prepared,
             std::shared_ptr<const RunOutcome> previous, GuiParams params, std::vector<Mode> modes,
@@ -132,15 +133,16 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
 
     EngineChoice choice = makeEngine(params.backend, params.workflow.kmeans.threads,
                                      {params.workflow.kmeans.k, features.rows.cols});
+    outcome->engine = choice.engine->description();
     outcome->backendNote = choice.note;
     outcome->backend = choice.backend;
+    outcome->palette = makePalette(std::min(params.workflow.kmeans.k, 65536), params.palette);
     // The run before computed this run's reference when it took the same features on the same
     // kind of engine with parameters that give the same reference.
-    const KMeansResult* reference =
-        previous && previous->features == prepared && previous->backend == choice.backend &&
-                sameReference(previous->params.workflow, params.workflow)
-            ? &previous->workflow.reference
-            : nullptr;
+    const bool reuse = previous && previous->reference && previous->features == prepared &&
+                       previous->backend == choice.backend &&
+                       sameReference(previous->params.workflow, params.workflow);
+    outcome->referenceGiven = reuse;
     const int maxIterations = params.workflow.kmeans.maxIterations;
     WorkflowProgress progress = [&](int run, int runCount, Mode mode, const IterationStats& s) {
       RunEvent ev;
@@ -155,13 +157,27 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
           s.evaluations > 0 ? 100.0 * double(s.fallbacks) / double(s.evaluations) : 0.0;
       promise.addResult(std::move(ev));
     };
-    outcome->workflow = runWorkflow(
-        *choice.engine, features.rows, modes, workflowFor(params.workflow, image->image), progress,
-        cancel.get(), features.lookup ? &*features.lookup : nullptr, reference);
-    outcome->palette = makePalette(std::min(params.workflow.kmeans.k, 65536), params.palette);
+    // Each complete run is copied once into the rows the outcomes share; runWorkflow's own
+    // copies go when it returns. The calls never overlap (runWorkflow).
+    std::shared_ptr<const RunOutcome> current = outcome;
+    WorkflowRunDone runDone = [&](int run, const KMeansResult& r, const Comparison* c) {
+      auto next = std::make_shared<RunOutcome>(*current);
+      if (run == 0)
+        next->reference = reuse ? previous->reference : std::make_shared<const KMeansResult>(r);
+      else
+        next->finished.push_back(std::make_shared<const ModeOutcome>(ModeOutcome{r, *c}));
+      current = next;
+      RunEvent ev;
+      ev.kind = RunEvent::Kind::Rows;
+      ev.outcome = current;
+      promise.addResult(std::move(ev));
+    };
+    runWorkflow(*choice.engine, features.rows, modes, workflowFor(params.workflow, image->image),
+                progress, cancel.get(), features.lookup ? &*features.lookup : nullptr,
+                reuse ? previous->reference.get() : nullptr, runDone);
     RunEvent done;
     done.kind = RunEvent::Kind::Done;
-    done.outcome = std::move(outcome);
+    done.outcome = std::move(current);
     promise.addResult(std::move(done));
   } catch (const Cancelled&) {
     // A normal end: the controller reports it from the cancel flag.
@@ -224,23 +240,28 @@ Report makeReport(const RunOutcome& o) {
   r.features = o.params.features;
   r.init = o.params.workflow.init;
   r.seed = o.params.workflow.seed;
-  r.backend = o.workflow.engine;
+  r.backend = o.engine;
   r.backendNote = o.backendNote;
   r.decodeSeconds = o.image->decodeSeconds;
   r.featureSeconds = o.featureSeconds;
-  r.runs.push_back({&o.workflow.reference, nullptr, true});
-  for (const auto& m : o.workflow.modes) r.runs.push_back({&m.result, &m.comparison, false});
+  // The rows complete: all of them, or those a cancelled or failed run had finished.
+  for (int row = 0; row < o.readyRows(); ++row)
+    r.runs.push_back({&o.result(row), o.comparison(row), row == 0});
   return r;
 }
 
 }  // namespace
 
 const KMeansResult& RunOutcome::result(int row) const {
-  return row <= 0 ? workflow.reference : workflow.modes.at(std::size_t(row - 1)).result;
+  if (!isReady(row))
+    throw InvalidArgument("row " + std::to_string(row) + " of the results is not complete");
+  return row == 0 ? *reference : finished[std::size_t(row - 1)]->result;
 }
 
 const Comparison* RunOutcome::comparison(int row) const {
-  return row <= 0 ? nullptr : &workflow.modes.at(std::size_t(row - 1)).comparison;
+  if (!isReady(row))
+    throw InvalidArgument("row " + std::to_string(row) + " of the results is not complete");
+  return row == 0 ? nullptr : &finished[std::size_t(row - 1)]->comparison;
 }
 
 QString RunOutcome::rowName(int row) const {
@@ -254,9 +275,9 @@ int RunOutcome::rowOf(Mode mode) const {
 }
 
 double RunOutcome::runSeconds() const {
-  double total = workflow.referenceGiven ? 0.0 : workflow.reference.seconds;
-  for (const ModeOutcome& m : workflow.modes)
-    if (m.result.mode != Mode::Fp64) total += m.result.seconds;
+  double total = reference && !referenceGiven ? reference->seconds : 0.0;
+  for (const auto& m : finished)
+    if (m->result.mode != Mode::Fp64) total += m->result.seconds;
   return total;
 }
 
@@ -353,7 +374,16 @@ void Controller::onRunResult(int id, int index) {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || id != lastJob_ || it->second->cancel->load()) return;
   const RunEvent ev = it->second->watcher->resultAt(index);
-  if (ev.kind == RunEvent::Kind::Progress) emit progressed(ev.progress);
+  if (ev.kind == RunEvent::Kind::Progress) {
+    emit progressed(ev.progress);
+  } else if (ev.kind == RunEvent::Kind::Rows) {
+    outcome_ = ev.outcome;
+    features_ = outcome_->features;
+    if (outcome_->readyRows() == 1)  // the job's first row: the engine is known
+      emit backendChanged(QString::fromStdString(outcome_->engine),
+                          QString::fromStdString(outcome_->backendNote));
+    emit rowsReady(id);
+  }
 }
 
 void Controller::onRunEnded(int id) {
@@ -365,15 +395,14 @@ void Controller::onRunEnded(int id) {
   job->watcher->deleteLater();
 
   // cancel() runs on this thread, so a run cancelled before this point never replaces the
-  // result, even when its worker had already returned one.
+  // result, even when its worker had already returned one. The rows it completed before it
+  // was cancelled stay (onRunResult took them).
   bool cancelled = job->cancel->load() || future.isCanceled() || future.resultCount() == 0;
   if (!cancelled) {
     const RunEvent last = future.resultAt(future.resultCount() - 1);
     if (last.kind == RunEvent::Kind::Done) {
       outcome_ = last.outcome;
       features_ = outcome_->features;
-      emit backendChanged(QString::fromStdString(outcome_->workflow.engine),
-                          QString::fromStdString(outcome_->backendNote));
       emit runFinished(id);
     } else if (last.kind == RunEvent::Kind::Failed) {
       emit errorOccurred(last.error.title, last.error.text, last.error.advice);
@@ -405,6 +434,10 @@ bool Controller::exportFile(ExportKind kind, const QString& path, int row) {
     const RunOutcome& o = *outcome_;
     if (row < 0 || row >= o.rowCount())
       throw InvalidArgument("row " + std::to_string(row) + " is not in the results table");
+    if (!o.isReady(row))
+      throw InvalidArgument("the run of row " + std::to_string(row) + " (" +
+                            o.rowName(row).toStdString() +
+                            ") has not finished yet: wait for it, or select a finished row");
     const KMeansResult& r = o.result(row);
     const std::filesystem::path p = toPath(path);
     const int k = o.params.workflow.kmeans.k;

@@ -39,24 +39,37 @@ struct PreparedFeatures {
   ImageFeatures features;
 };
 
-/// The result of one run: the workflow's output plus what produced it. Row 0 of every table is
-/// the fp64 reference, rows 1.. the requested modes in order.
+/// The result of one run, whole or as far as it has got: the workflow's runs plus what
+/// produced them. Row 0 of every table is the fp64 reference, rows 1.. the requested modes in
+/// order. While a run is active its outcome grows a row at a time (a new RunOutcome each time,
+/// sharing the rows before): rows [0, readyRows()) are complete, the others still to come.
 struct RunOutcome {
   std::shared_ptr<const LoadedImage> image;
   GuiParams params;
   std::vector<Mode> modes;  ///< one mode for "Run", all nine for "Compare all modes"
   bool allModes = false;
-  WorkflowResult workflow;
+  std::string engine;              ///< the engine's description
   std::string backendNote;         ///< why Auto did not give the GPU; empty otherwise
   Backend backend = Backend::Cpu;  ///< the kind of engine that ran
+  /// The reference was the run before's (WorkflowResult::referenceGiven), not run again.
+  bool referenceGiven = false;
+  std::shared_ptr<const KMeansResult> reference;  ///< fp64 with fp64 working precision
+  /// The modes complete so far: finished[i] is modes[i]'s run and comparison.
+  std::vector<std::shared_ptr<const ModeOutcome>> finished;
   std::shared_ptr<const PreparedFeatures> features;  ///< the features the runs took
   double featureSeconds = 0.0;  ///< spent building them: 0 when a run before had built them
   std::vector<Rgb8> palette;    ///< makePalette(min(K, 65536), params.palette)
 
   int width() const { return image ? image->image.width : 0; }
   int height() const { return image ? image->image.height : 0; }
+  /// Every row, complete or not: 1 + modes.size().
   int rowCount() const { return 1 + int(modes.size()); }
-  /// The run shown in table row `row` (0 = reference).
+  /// The rows complete so far: 0 before the reference, rowCount() once every mode is.
+  int readyRows() const { return reference ? 1 + int(finished.size()) : 0; }
+  bool isReady(int row) const { return row >= 0 && row < readyRows(); }
+  /// Every row is complete.
+  bool isComplete() const { return readyRows() == rowCount(); }
+  /// The run shown in table row `row` (0 = reference); the row must be ready.
   const KMeansResult& result(int row) const;
   /// Its comparison with the reference; null for row 0.
   const Comparison* comparison(int row) const;
@@ -64,9 +77,9 @@ struct RunOutcome {
   QString rowName(int row) const;
   /// The row of `mode`, or -1 when it was not run.
   int rowOf(Mode mode) const;
-  /// Seconds of the Lloyd runs: the reference and every mode, an fp64 mode once only (it is
-  /// the reference's run again: runWorkflow reuses it), the reference not at all when it came
-  /// from the run before (WorkflowResult::referenceGiven).
+  /// Seconds of the Lloyd runs complete so far: the reference and every mode, an fp64 mode
+  /// once only (it is the reference's run again: runWorkflow reuses it), the reference not at
+  /// all when it came from the run before.
   double runSeconds() const;
 };
 
@@ -109,7 +122,8 @@ class Controller : public QObject {
   /// job id, or 0 (with errorOccurred()) when no image is loaded.
   int startRun(const GuiParams& params, bool allModes);
   /// Asks every active run to stop; each takes effect within one iteration and ends with
-  /// runCancelled(). The current result is kept.
+  /// runCancelled(). The current result is kept: for a run cancelled part way, the rows it had
+  /// completed.
   void cancel();
   /// True while any run is active (including cancelled runs that have not returned yet).
   bool isBusy() const { return !jobs_.empty(); }
@@ -121,7 +135,9 @@ class Controller : public QObject {
 
   /// The current image; null before the first successful openImage().
   std::shared_ptr<const LoadedImage> image() const { return image_; }
-  /// The latest finished run; null before the first one and after a new image is loaded.
+  /// The latest run: whole when it finished, the rows complete so far while it is active (or
+  /// when it was cancelled part way); null before the first run and after a new image is
+  /// loaded.
   std::shared_ptr<const RunOutcome> outcome() const { return outcome_; }
 
   /// Writes `kind` for table row `row` of the current result to `path` through the core's
@@ -135,7 +151,10 @@ class Controller : public QObject {
   void runStarted(int job, int runCount);
   /// One Lloyd iteration of the newest run.
   void progressed(const kmseg::gui::RunProgress& progress);
-  /// outcome() now holds the result of `job`.
+  /// outcome() now holds `job`'s outcome with one more row complete (the reference, then each
+  /// mode in turn). The last such signal of a job comes just before runFinished().
+  void rowsReady(int job);
+  /// outcome() now holds the whole result of `job`.
   void runFinished(int job);
   /// `job` ended without a result (cancelled, or superseded by a newer run).
   void runCancelled(int job);
@@ -162,8 +181,8 @@ class Controller : public QObject {
   int loading_ = 0;
   std::shared_ptr<const LoadedImage> image_;
   std::shared_ptr<const RunOutcome> outcome_;
-  /// The features of the last finished run, for the next run on image_ with the same options
-  /// (building them takes about 0.1 s at 12 megapixels).
+  /// The features of the last run with a row complete, for the next run on image_ with the same
+  /// options (building them takes about 0.1 s at 12 megapixels).
   std::shared_ptr<const PreparedFeatures> features_;
 };
 

@@ -80,6 +80,8 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
 
   connect(controller_, &Controller::imageLoaded, this, &MainWindow::onImageLoaded);
   connect(controller_, &Controller::progressed, this, &MainWindow::onProgress);
+  connect(controller_, &Controller::runStarted, this, [this] { userPicked_ = false; });
+  connect(controller_, &Controller::rowsReady, this, &MainWindow::onRowsReady);
   connect(controller_, &Controller::runFinished, this, &MainWindow::onRunFinished);
   connect(controller_, &Controller::runCancelled, this, [this] {
     if (!controller_->isBusy())
@@ -104,7 +106,10 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
   connect(views_, &ImageViews::zoomChanged, this,
           [this](double zoom) { zoomLabel_->setText(tr("%1 %").arg(zoom * 100.0, 0, 'f', 0)); });
   connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
-          [this](const QModelIndex& current) { showRow(current.isValid() ? current.row() : -1); });
+          [this](const QModelIndex& current) {
+            if (!selecting_) userPicked_ = true;
+            showRow(current.isValid() ? current.row() : -1);
+          });
 
   const GuiParams p = params_->params();
   setBackendText(tr("finding the backend…"), QString());
@@ -321,6 +326,7 @@ void MainWindow::onImageLoaded(const QString& path) {
   charts_->setOutcome(nullptr);
   legend_->clearClusters();
   shownRow_ = -1;
+  shownOf_.reset();
   forgetReferenceMaps();
   const int w = image->image.width, h = image->image.height;
   sizeLabel_->setText(tr("%1 × %2 px (%3 MP%4)")
@@ -352,6 +358,7 @@ void MainWindow::cancelRun() {
 }
 
 void MainWindow::onProgress(const RunProgress& p) {
+  model_->setActiveRun(p.run);
   const int maxIter = std::max(1, p.maxIterations);
   progressBar_->setRange(0, p.runCount * kProgressSteps);
   progressBar_->setValue(p.run * kProgressSteps +
@@ -360,26 +367,39 @@ void MainWindow::onProgress(const RunProgress& p) {
                               .arg(p.run + 1)
                               .arg(p.runCount)
                               .arg(p.name)
-                              .arg(p.iteration)
+                              .arg(QLocale().toString(p.iteration))
                               .arg(QLocale().toString(p.changed))
                               .arg(p.fallbackPercent, 0, 'f', 2));
 }
 
-void MainWindow::onRunFinished() {
+void MainWindow::showOutcome() {
   const auto outcome = controller_->outcome();
   model_->setOutcome(outcome);
   charts_->setOutcome(outcome);
-  shownRow_ = -1;
-  int row = outcome->rowOf(outcome->params.mode);
-  if (row < 0) row = outcome->rowCount() > 1 ? 1 : 0;
-  selectRow(row);
+  if (!outcome) return;
+  // Unless the user picked a row since the run started, show the selected mode's row once it
+  // is complete, and until then the newest complete row.
+  if (userPicked_ && outcome->isReady(selectedRow())) return;
+  int target = outcome->rowOf(outcome->params.mode);
+  if (target < 0) target = outcome->rowCount() > 1 ? 1 : 0;
+  if (!outcome->isReady(target)) target = outcome->readyRows() - 1;
+  if (target >= 0 && target != selectedRow()) selectRow(target);
+}
+
+void MainWindow::onRowsReady() {
+  showOutcome();
+}
+
+void MainWindow::onRunFinished() {
+  showOutcome();
+  const auto outcome = controller_->outcome();
   const double total = outcome->runSeconds();
   int overflowed = 0;
-  for (const auto& m : outcome->workflow.modes) overflowed += m.result.normOverflows > 0 ? 1 : 0;
+  for (const auto& m : outcome->finished) overflowed += m->result.normOverflows > 0 ? 1 : 0;
   QString done = tr("Done: %1 run(s), %2 s of Lloyd iterations")
                      .arg(outcome->rowCount())
                      .arg(total, 0, 'f', 2);
-  if (outcome->workflow.referenceGiven) done += tr(" · the fp64 reference of the run before");
+  if (outcome->referenceGiven) done += tr(" · the fp64 reference of the run before");
   if (overflowed > 0)
     done += tr(" · %n mode(s) met pixels beyond their precision's range (see the marked rows)",
                nullptr, overflowed);
@@ -391,6 +411,8 @@ void MainWindow::onBusyChanged(bool busy) {
   if (busy) {
     progressBar_->setRange(0, 0);
     progressBar_->setValue(0);
+  } else {
+    model_->setActiveRun(-1);
   }
   cancelAction_->setEnabled(busy);
   params_->cancelButton()->setEnabled(busy);
@@ -405,38 +427,52 @@ int MainWindow::selectedRow() const {
 
 void MainWindow::selectRow(int row) {
   if (row < 0 || row >= model_->rowCount()) return;
+  const auto o = model_->outcome();
+  if (!o || !o->isReady(row)) return;
+  selecting_ = true;
   table_->selectionModel()->setCurrentIndex(
       model_->index(row, 0), QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  selecting_ = false;
   showRow(row);
 }
 
 void MainWindow::forgetReferenceMaps() {
   referenceOf_.reset();
+  referencePalette_.clear();
   referenceLabels_ = referenceBoundaries_ = QImage();
+  referenceSizes_.clear();
 }
 
 void MainWindow::showRow(int row) {
   const auto o = model_->outcome();
   for (QAction* a : exportActions_) a->setEnabled(o != nullptr);
-  if (!o || row < 0 || row >= o->rowCount()) {
+  if (!o || !o->isReady(row)) {
     views_->clearResult();
     legend_->clearClusters();
     shownRow_ = -1;
+    shownOf_.reset();
     forgetReferenceMaps();
     return;
   }
-  if (row == shownRow_) return;
+  // The same run in the same row of a grown outcome is already shown.
+  std::shared_ptr<const void> run =
+      row == 0 ? std::shared_ptr<const void>(o->reference) : o->finished[std::size_t(row - 1)];
+  if (row == shownRow_ && shownOf_ == run) return;
   shownRow_ = row;
-  const int w = o->width(), h = o->height();
+  shownOf_ = std::move(run);
   const KMeansResult& r = o->result(row);
+  const int w = o->width(), h = o->height();
   const Comparison* c = o->comparison(row);
-  const auto& ref = o->workflow.reference;
+  const KMeansResult& ref = *o->reference;
   // Each map is rendered on every core (a pass over every pixel), the reference's once per
-  // result.
-  if (referenceOf_ != o) {
+  // reference and palette.
+  if (referenceOf_ != o->reference || referencePalette_ != o->palette) {
     referenceLabels_ = renderLabels(ref.labels, w, h, o->palette);
     referenceBoundaries_ = renderBoundaries(ref.labels, w, h, kBoundaryColour);
-    referenceOf_ = o;
+    referenceSizes_.assign(std::size_t(o->params.workflow.kmeans.k), 0);
+    for (const std::int32_t label : ref.labels) ++referenceSizes_[std::size_t(label)];
+    referenceOf_ = o->reference;
+    referencePalette_ = o->palette;
   }
   // Candidate ids are drawn in the colour of the reference cluster they are matched to.
   const QImage modeLabels =
@@ -445,11 +481,8 @@ void MainWindow::showRow(int row) {
   const QImage boundaries = renderBoundaries(r.labels, w, h, kBoundaryColour);
   views_->setResult(tr("%1 labels (colours matched to fp64)").arg(o->rowName(row)), modeLabels,
                     referenceLabels_, mask, boundaries, referenceBoundaries_);
-  if (!o->workflow.modes.empty()) {
-    const Comparison& any = o->workflow.modes.front().comparison;
-    legend_->setClusters(o->palette, any.clusterSize,
-                         c ? c->clusterDiffPercent : std::vector<double>{});
-  }
+  legend_->setClusters(o->palette, referenceSizes_,
+                       c ? c->clusterDiffPercent : std::vector<double>{});
 }
 
 QString MainWindow::pixelText() const {
@@ -479,11 +512,11 @@ void MainWindow::showPixel(QPoint pixel) {
                      .arg(image->image.sample(i, 1))
                      .arg(image->image.sample(i, 2));
   const auto o = model_->outcome();
-  if (o && o->image == image && shownRow_ >= 0) {
+  if (o && o->image == image && o->isReady(shownRow_)) {
     const KMeansResult& r = o->result(shownRow_);
     const Comparison* c = o->comparison(shownRow_);
     const int label = r.labels[i];
-    const int refLabel = o->workflow.reference.labels[i];
+    const int refLabel = o->reference->labels[i];
     if (c) {
       text += tr(" · %1: %2 (≙ ref %3)")
                   .arg(o->rowName(shownRow_))

@@ -6,7 +6,9 @@
 #include <QPointer>
 #include <QStringList>
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "controller.h"
 
@@ -111,7 +113,10 @@ class MainWindow : public QMainWindow {
   void setBackendText(const QString& description, const QString& note);
   void onImageLoaded(const QString& path);
   void onProgress(const RunProgress& progress);
+  void onRowsReady();
   void onRunFinished();
+  /// Shows the controller's outcome in the table and the charts, and selects its row to show.
+  void showOutcome();
   void onBusyChanged(bool busy);
   QString suggestedName(const QString& suffix, bool withMode = true) const;
 
@@ -147,9 +152,17 @@ class MainWindow : public QMainWindow {
   QString lastDir_;
   QPointer<QMessageBox> errorBox_;
   int shownRow_ = -1;
-  /// The reference's maps, rendered once per result (showRow); forgetReferenceMaps() drops them.
-  std::shared_ptr<const RunOutcome> referenceOf_;
+  std::shared_ptr<const void> shownOf_;  ///< the run shown in shownRow_
+  /// A row was selected by the user since the current run started: rows completing do not
+  /// move the selection.
+  bool userPicked_ = false;
+  bool selecting_ = false;  ///< selectRow() is moving the selection
+  /// The reference's maps and cluster sizes, rendered once per reference and palette
+  /// (showRow); forgetReferenceMaps() drops them.
+  std::shared_ptr<const KMeansResult> referenceOf_;
+  std::vector<Rgb8> referencePalette_;
   QImage referenceLabels_, referenceBoundaries_;
+  std::vector<std::int64_t> referenceSizes_;
   bool firstShow_ = true;
   bool stateRestored_ = false;
 };

@@ -116,7 +116,7 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
   labelFont.setPointSizeF(labelFont.pointSizeF() * 0.9);
   double maxTime = 0.0, maxDiff = 0.0, minPositive = 0.0;
   if (outcome) {
-    for (int row = 1; row < outcome->rowCount(); ++row) {
+    for (int row = 1; row < outcome->readyRows(); ++row) {
       const Point p{row, outcome->result(row).seconds, outcome->comparison(row)->diffPercent};
       points.push_back(p);
       maxTime = std::max(maxTime, p.time);
@@ -233,7 +233,7 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
   double maxChanged = 10.0;
   if (outcome) {
     const bool fp64Row = outcome->rowOf(Mode::Fp64) > 0;
-    for (int row = fp64Row ? 1 : 0; row < outcome->rowCount(); ++row) {
+    for (int row = fp64Row ? 1 : 0; row < outcome->readyRows(); ++row) {
       const KMeansResult& r = outcome->result(row);
       auto* s = new QLineSeries;
       s->setName(outcome->rowName(row));

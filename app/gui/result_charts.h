@@ -27,7 +27,7 @@ class ResultCharts : public QTabWidget {
   /// Two empty charts, one per tab.
   explicit ResultCharts(QWidget* parent = nullptr);
 
-  /// Plots `outcome`; null clears both charts.
+  /// Plots the complete rows of `outcome`; null clears both charts.
   void setOutcome(const std::shared_ptr<const RunOutcome>& outcome);
 
   /// The charts (for the tests).

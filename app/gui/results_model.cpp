@@ -11,10 +11,52 @@ namespace kmseg::gui {
 
 ResultsModel::ResultsModel(QObject* parent) : QAbstractTableModel(parent) {}
 
+namespace {
+
+/// `later` is `earlier` with more rows complete: the same run, and its rows unchanged.
+bool grows(const RunOutcome& earlier, const RunOutcome& later) {
+  if (earlier.image != later.image || earlier.modes != later.modes ||
+      earlier.params.workflow != later.params.workflow || earlier.engine != later.engine ||
+      earlier.readyRows() > later.readyRows())
+    return false;
+  if (earlier.reference && earlier.reference != later.reference) return false;
+  for (std::size_t i = 0; i < earlier.finished.size(); ++i)
+    if (earlier.finished[i] != later.finished[i]) return false;
+  return true;
+}
+
+}  // namespace
+
 void ResultsModel::setOutcome(std::shared_ptr<const RunOutcome> outcome) {
+  if (outcome_ && outcome && grows(*outcome_, *outcome)) {
+    const int from = outcome_->readyRows(), to = outcome->readyRows();
+    outcome_ = std::move(outcome);
+    if (to > from) emit dataChanged(index(from, 0), index(to - 1, kColumnCount - 1));
+    return;
+  }
   beginResetModel();
   outcome_ = std::move(outcome);
   endResetModel();
+}
+
+void ResultsModel::setActiveRun(int run) {
+  if (run == activeRun_) return;
+  activeRun_ = run;
+  if (!outcome_ || outcome_->isComplete()) return;
+  emit dataChanged(index(outcome_->readyRows(), 0),
+                   index(outcome_->rowCount() - 1, kColumnCount - 1));
+}
+
+QString ResultsModel::pendingText(int row) const {
+  if (activeRun_ < 0) return tr("not finished");
+  if (row == activeRun_) return tr("running…");
+  if (row < activeRun_) return tr("comparing with fp64…");
+  return tr("waiting");
+}
+
+Qt::ItemFlags ResultsModel::flags(const QModelIndex& index) const {
+  if (!outcome_ || !index.isValid() || !outcome_->isReady(index.row())) return Qt::NoItemFlags;
+  return QAbstractTableModel::flags(index);
 }
 
 QString ResultsModel::stopText(const KMeansResult& result, int maxIterations) {
@@ -35,6 +77,16 @@ int ResultsModel::columnCount(const QModelIndex& parent) const {
 QVariant ResultsModel::data(const QModelIndex& index, int role) const {
   if (!outcome_ || !index.isValid() || index.row() >= outcome_->rowCount()) return {};
   const int row = index.row();
+  if (!outcome_->isReady(row)) {
+    const bool text = role == Qt::DisplayRole || role == Qt::UserRole;
+    if (index.column() == ModeColumn && text) return outcome_->rowName(row);
+    if (index.column() == StopColumn && role == Qt::DisplayRole) return pendingText(row);
+    if (role == Qt::TextAlignmentRole) return QVariant::fromValue(Qt::AlignVCenter | Qt::AlignLeft);
+    if (role == Qt::ToolTipRole)
+      return tr("%1 has not finished yet; its row fills in when it has.")
+          .arg(outcome_->rowName(row));
+    return {};
+  }
   const KMeansResult& r = outcome_->result(row);
   const Comparison* c = outcome_->comparison(row);
   const int maxIterations = outcome_->params.workflow.kmeans.maxIterations;

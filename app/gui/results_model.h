@@ -12,7 +12,9 @@ namespace kmseg::gui {
 /// The results table: one row per run (row 0 the fp64 reference, then each mode), columns as
 /// `kmseg compare` prints them plus the backend. Display text is formatted; Qt::UserRole holds
 /// the raw number (invalid where a value does not apply, e.g. the reference's Diff %). A run
-/// that hit the iteration cap says so in the stop column and is highlighted.
+/// that hit the iteration cap says so in the stop column and is highlighted. While a run is
+/// active, the rows still to come name their mode and say what is happening to them; they
+/// cannot be selected.
 class ResultsModel : public QAbstractTableModel {
   Q_OBJECT
 
@@ -34,8 +36,13 @@ class ResultsModel : public QAbstractTableModel {
   /// An empty table.
   explicit ResultsModel(QObject* parent = nullptr);
 
-  /// Shows `outcome` (null clears the table).
+  /// Shows `outcome` (null clears the table). An outcome that only completes more rows of the
+  /// one shown (the same run, grown) updates those rows, so the selection stays; any other
+  /// resets the table.
   void setOutcome(std::shared_ptr<const RunOutcome> outcome);
+  /// The run in progress (RunProgress::run), for the rows not yet complete; -1 when none is:
+  /// they are then "not finished" (the run was cancelled or failed).
+  void setActiveRun(int run);
   /// The result shown; null when the table is empty.
   std::shared_ptr<const RunOutcome> outcome() const { return outcome_; }
 
@@ -45,12 +52,17 @@ class ResultsModel : public QAbstractTableModel {
   /// QAbstractTableModel: one row per run, kColumnCount columns.
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
+  Qt::ItemFlags flags(const QModelIndex& index) const override;
   QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
   QVariant headerData(int section, Qt::Orientation orientation,
                       int role = Qt::DisplayRole) const override;
 
  private:
+  /// The Stop column of a row not yet complete.
+  QString pendingText(int row) const;
+
   std::shared_ptr<const RunOutcome> outcome_;
+  int activeRun_ = -1;
 };
 
 }  // namespace kmseg::gui

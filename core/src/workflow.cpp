@@ -2,6 +2,7 @@
 #include "kmseg/workflow.h"
 
 #include <future>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,8 @@ bool sameReference(const WorkflowParams& a, const WorkflowParams& b) {
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress, const std::atomic<bool>* cancel,
-                           const FeatureLookup* lookup, const KMeansResult* reference) {
+                           const FeatureLookup* lookup, const KMeansResult* reference,
+                           const WorkflowRunDone& runDone) {
   if (features.empty()) throw InvalidArgument("the feature matrix is empty");
   validateWorkflow(params, features.rows);
   if (reference && (reference->mode != Mode::Fp64 || reference->labels.size() != features.rows ||
@@ -77,12 +79,30 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
     out.reference = runOne(0, Mode::Fp64, Working::Fp64);
   }
   const int k = params.kmeans.k;
+  // Runs are reported in order as they complete, a mode once its comparison is done too; a
+  // comparison may finish on its own thread after the next mode's run has started.
+  std::mutex reportMutex;
+  std::vector<char> compared(modes.size(), 0);
+  std::size_t reported = 0;  // modes reported so far
+  bool reportFailed = false;
+  auto reportReady = [&] {  // with reportMutex held
+    while (!reportFailed && reported < modes.size() && compared[reported]) {
+      const ModeOutcome& o = out.modes[reported];
+      try {
+        runDone(int(++reported), o.result, &o.comparison);
+      } catch (...) {
+        reportFailed = true;
+        throw;
+      }
+    }
+  };
+  if (runDone) runDone(0, out.reference, nullptr);
   // Each mode's comparison with the reference runs on a thread of its own while the next mode
   // runs: on the GPU a comparison (contingency table, matching, ARI, AMI, mask) takes about as
   // long on the host as a run of a 12-megapixel photo on the device. out.modes is sized first,
   // so the comparisons' references stay valid; if a run throws, the futures wait for theirs.
   out.modes.resize(modes.size());
-  std::vector<std::future<Comparison>> comparisons;
+  std::vector<std::future<void>> comparisons;
   comparisons.reserve(modes.size());
   for (std::size_t m = 0; m < modes.size(); ++m) {
     const Mode mode = modes[m];
@@ -92,12 +112,17 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
     } else {
       o.result = runOne(int(m) + 1, mode, params.kmeans.working);
     }
-    comparisons.push_back(std::async(std::launch::async, [&out, &o, k] {
-      return compareLabelings(out.reference.labels, o.result.labels, k, out.reference.sse,
-                              o.result.sse);
+    comparisons.push_back(std::async(std::launch::async, [&, m, k] {
+      ModeOutcome& done = out.modes[m];
+      done.comparison = compareLabelings(out.reference.labels, done.result.labels, k,
+                                         out.reference.sse, done.result.sse);
+      if (!runDone) return;
+      const std::lock_guard lock(reportMutex);
+      compared[m] = 1;
+      reportReady();
     }));
   }
-  for (std::size_t m = 0; m < modes.size(); ++m) out.modes[m].comparison = comparisons[m].get();
+  for (auto& c : comparisons) c.get();
   return out;
 }
 

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -652,6 +654,85 @@ TEST(Workflow, KeepsTheFeaturesWithTheEngineForItsRuns) {
                                                "release"};
   EXPECT_EQ(engine.events, withLookup);
   EXPECT_EQ(engine.lookup_, &*f.lookup);
+}
+
+TEST(Workflow, ReportsEachRunInOrderAsItCompletes) {
+  const Matrix data = test::blobs(600, 3, 4, 0.05, 5, 0.1, 0.9, 3);
+  WorkflowParams p;
+  p.kmeans.k = 4;
+  const std::vector<Mode> modes = {Mode::Fp16, Mode::Fp64, Mode::Fp32, Mode::Bf16Fp32};
+  auto cpu = makeCpuEngine(2);
+
+  struct Call {
+    int run;
+    std::vector<std::int32_t> labels;
+    double sse;
+    bool hasComparison;
+    double diff;
+  };
+  std::vector<Call> calls;
+  bool overlapped = false;
+  std::atomic<bool> inside{false};
+  // Each mode's run counts its iterations here; a report must come after its run's last one.
+  std::vector<int> iterationsSeen(1 + modes.size(), 0);
+  std::mutex seenMutex;
+  WorkflowProgress progress = [&](int run, int, Mode, const IterationStats&) {
+    const std::lock_guard lock(seenMutex);
+    ++iterationsSeen[std::size_t(run)];
+  };
+  std::vector<int> iterationsAtReport;
+  const WorkflowResult w = runWorkflow(
+      *cpu, data, modes, p, progress, nullptr, nullptr, nullptr,
+      [&](int run, const KMeansResult& r, const Comparison* c) {
+        if (inside.exchange(true)) overlapped = true;
+        calls.push_back({run, r.labels, r.sse, c != nullptr, c ? c->diffPercent : -1.0});
+        {
+          const std::lock_guard lock(seenMutex);
+          iterationsAtReport.push_back(iterationsSeen[std::size_t(run)]);
+        }
+        inside = false;
+      });
+  EXPECT_FALSE(overlapped);
+  ASSERT_EQ(calls.size(), 1 + modes.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(calls[i].run, int(i));
+    const KMeansResult& r = i == 0 ? w.reference : w.modes[i - 1].result;
+    EXPECT_EQ(calls[i].labels, r.labels);
+    EXPECT_EQ(calls[i].sse, r.sse);
+    EXPECT_EQ(calls[i].hasComparison, i > 0);
+    if (i > 0) EXPECT_EQ(calls[i].diff, w.modes[i - 1].comparison.diffPercent);
+    // Reported whole: every iteration of the run had been reported before the run was (the
+    // fp64 mode reuses the reference's run, so it has none of its own).
+    int own = r.iterations;
+    if (i > 0 && modes[i - 1] == Mode::Fp64) own = 0;
+    EXPECT_EQ(iterationsAtReport[i], own);
+  }
+  // The modes differ, so the reports were not one result given several times.
+  EXPECT_NE(calls[1].labels, calls[4].labels);
+
+  // Cancelled in the third mode's run: the reference and the modes completed before it are
+  // reported (their comparisons finish before runWorkflow returns), nothing after them.
+  std::atomic<bool> cancel{false};
+  std::vector<int> runs;
+  WorkflowProgress cancelling = [&](int run, int, Mode, const IterationStats&) {
+    if (run == 3) cancel = true;
+  };
+  EXPECT_THROW(
+      runWorkflow(*cpu, data, modes, p, cancelling, &cancel, nullptr, nullptr,
+                  [&](int run, const KMeansResult&, const Comparison*) { runs.push_back(run); }),
+      Cancelled);
+  EXPECT_EQ(runs, (std::vector<int>{0, 1, 2}));
+
+  // A report that throws ends the workflow with its exception, and no later run is reported.
+  runs.clear();
+  EXPECT_THROW(runWorkflow(*cpu, data, modes, p, {}, nullptr, nullptr, nullptr,
+                           [&](int run, const KMeansResult&, const Comparison*) {
+                             runs.push_back(run);
+                             if (run == 2) throw std::runtime_error("the viewer is gone");
+                           }),
+               std::runtime_error);
+  EXPECT_EQ(runs, (std::vector<int>{0, 1, 2}));
 }
 
 TEST(Init, RandomPointsAreDistinctRowsAndReproducible) {

@@ -28,6 +28,10 @@ struct GuiBenchTimes {
   /// (features, engine, the upload of the features, one iteration), and of the last mode's
   /// last iteration.
   std::vector<double> firstIterationSeconds, lastIterationSeconds;
+  /// Per repeat: compareAll() until the window had taken in (table, charts, maps of the row it
+  /// shows) the reference's row, the first row to complete, and the row of the panel's mode,
+  /// the one it shows at the end.
+  std::vector<double> firstRowSeconds, modeRowSeconds;
   /// Per repeat: the Lloyd runs' own seconds (RunOutcome::runSeconds).
   std::vector<double> runSeconds;
   /// Per repeat: building the feature rows, as the worker measured it.

@@ -18,6 +18,7 @@
 
 #include "gui_bench.h"
 #include "kmseg/export.h"
+#include "kmseg/mode.h"
 #include "main_window.h"
 
 namespace {
@@ -77,6 +78,9 @@ int main(int argc, char** argv) {
                 list(t.runSeconds).c_str());
     std::printf("  first iteration heard at %s, last at %s\n",
                 list(t.firstIterationSeconds).c_str(), list(t.lastIterationSeconds).c_str());
+    std::printf("  reference's row shown at %s, the panel mode's (%s) at %s\n",
+                list(t.firstRowSeconds).c_str(), std::string(kmseg::modeName(params.mode)).c_str(),
+                list(t.modeRowSeconds).c_str());
     std::printf("each row selected and painted (s): %s\n", list(t.rowSeconds).c_str());
     if (!json.empty()) kmseg::writeFileAtomic(json, kmseg::gui::toJson(t));
   } catch (const std::exception& e) {

@@ -44,6 +44,8 @@ TEST(GuiBench, TimesEveryPhaseOfACompareAndEveryRow) {
   ASSERT_EQ(t.featureSeconds.size(), 2u);
   ASSERT_EQ(t.firstIterationSeconds.size(), 2u);
   ASSERT_EQ(t.lastIterationSeconds.size(), 2u);
+  ASSERT_EQ(t.firstRowSeconds.size(), 2u);
+  ASSERT_EQ(t.modeRowSeconds.size(), 2u);
   for (int r = 0; r < 2; ++r) {
     EXPECT_GT(t.runSeconds[r], 0.0);
     // The runs and the features are parts of the worker's time, which the click-to-painted
@@ -52,6 +54,15 @@ TEST(GuiBench, TimesEveryPhaseOfACompareAndEveryRow) {
     EXPECT_GT(t.firstIterationSeconds[r], t.featureSeconds[r]);
     EXPECT_LT(t.firstIterationSeconds[r], t.lastIterationSeconds[r]);
     EXPECT_LT(t.lastIterationSeconds[r], t.resultSeconds[r]);
+    // The reference's row is shown after its first iteration, or, when it is the first
+    // comparison's (the second repeat has the same parameters), before any iteration; the
+    // panel mode's (fp16>fp32, the fifth) after it and before the end.
+    if (r == 0)
+      EXPECT_GT(t.firstRowSeconds[r], t.firstIterationSeconds[r]);
+    else
+      EXPECT_LT(t.firstRowSeconds[r], t.firstIterationSeconds[r]);
+    EXPECT_LT(t.firstRowSeconds[r], t.modeRowSeconds[r]);
+    EXPECT_LT(t.modeRowSeconds[r], t.resultSeconds[r]);
   }
   // The second comparison takes the first one's features (same photo, same options).
   EXPECT_GT(t.featureSeconds[0], 0.0);
@@ -65,6 +76,7 @@ TEST(GuiBench, TimesEveryPhaseOfACompareAndEveryRow) {
   EXPECT_EQ(j.at("result_seconds").size(), 2u);
   EXPECT_DOUBLE_EQ(j.at("run_seconds")[1].get<double>(), t.runSeconds[1]);
   EXPECT_EQ(j.at("row_seconds").size(), 10u);
+  EXPECT_DOUBLE_EQ(j.at("mode_row_seconds")[0].get<double>(), t.modeRowSeconds[0]);
 }
 
 TEST(GuiBench, APhotoThatCannotBeOpenedIsAnErrorNamingIt) {

@@ -20,6 +20,7 @@
 #include "gui_params.h"
 #include "image_convert.h"
 #include "image_views.h"
+#include "kmseg/error.h"
 #include "result_charts.h"
 #include "results_model.h"
 #include "startup.h"
@@ -227,17 +228,27 @@ TEST(ResultsModel, StopTextSaysPlainlyWhenTheCapWasHit) {
 TEST(RunOutcome, RunSecondsCountTheReusedReferenceOnce) {
   RunOutcome outcome;
   outcome.modes = {Mode::Fp32, Mode::Fp64, Mode::Fp16};
-  outcome.workflow.reference.seconds = 4.0;
+  KMeansResult reference;
+  reference.seconds = 4.0;
+  outcome.reference = std::make_shared<const KMeansResult>(reference);
   for (Mode mode : outcome.modes) {
     ModeOutcome o;
     o.result.mode = mode;
     o.result.seconds = mode == Mode::Fp64 ? 4.0 : mode == Mode::Fp32 ? 0.5 : 0.25;
-    outcome.workflow.modes.push_back(o);
+    outcome.finished.push_back(std::make_shared<const ModeOutcome>(o));
   }
   EXPECT_DOUBLE_EQ(outcome.runSeconds(), 4.75);
-  outcome.modes = {Mode::Fp32};
-  outcome.workflow.modes.resize(1);
+  // Part way: the rows complete so far.
+  outcome.finished.resize(1);
   EXPECT_DOUBLE_EQ(outcome.runSeconds(), 4.5);
+  EXPECT_EQ(outcome.readyRows(), 2);
+  EXPECT_FALSE(outcome.isComplete());
+  EXPECT_THROW(outcome.result(2), InvalidArgument);
+  // A reference from the run before is not counted.
+  outcome.referenceGiven = true;
+  EXPECT_DOUBLE_EQ(outcome.runSeconds(), 0.5);
+  outcome.modes = {Mode::Fp32};
+  EXPECT_TRUE(outcome.isComplete());
 }
 
 // A mode that met pixels beyond its precision's range is marked and says so in its tooltip;
@@ -245,15 +256,17 @@ TEST(RunOutcome, RunSecondsCountTheReusedReferenceOnce) {
 TEST(ResultsModel, MarksAModeWithPixelsBeyondItsRange) {
   auto outcome = std::make_shared<RunOutcome>();
   outcome->modes = {Mode::Fp16, Mode::Fp32};
-  outcome->workflow.reference.mode = Mode::Fp64;
-  outcome->workflow.reference.stop = StopReason::Converged;
+  KMeansResult reference;
+  reference.mode = Mode::Fp64;
+  reference.stop = StopReason::Converged;
+  outcome->reference = std::make_shared<const KMeansResult>(reference);
   for (Mode mode : outcome->modes) {
     ModeOutcome o;
     o.result.mode = mode;
     o.result.stop = StopReason::Converged;
     o.result.labels.assign(100, 0);
     o.result.normOverflows = mode == Mode::Fp16 ? 7 : 0;
-    outcome->workflow.modes.push_back(o);
+    outcome->finished.push_back(std::make_shared<const ModeOutcome>(o));
   }
   ResultsModel model;
   model.setOutcome(outcome);
@@ -276,12 +289,13 @@ TEST(ResultsModel, MarksAModeWithPixelsBeyondItsRange) {
 TEST(ResultCharts, LabelsAndAxisTitleFitTheChartsSize) {
   auto outcome = std::make_shared<RunOutcome>();
   outcome->modes.assign(kAllModes.begin(), kAllModes.end());
+  outcome->reference = std::make_shared<const KMeansResult>();
   for (std::size_t m = 0; m < outcome->modes.size(); ++m) {
     ModeOutcome o;
     o.result.mode = outcome->modes[m];
     o.result.seconds = 1.0 + double(m);
     o.comparison.diffPercent = std::pow(10.0, double(m) - 4.0);  // 1e-4 % ... 1e4 %
-    outcome->workflow.modes.push_back(o);
+    outcome->finished.push_back(std::make_shared<const ModeOutcome>(o));
   }
   ResultCharts charts;
   charts.setOutcome(outcome);

@@ -196,9 +196,9 @@ TEST_F(GuiWindow, CompareAllModesFillsTheTableWithTheCoreResults) {
   // The labels behind the table are the core's.
   const auto outcome = controller()->outcome();
   ASSERT_TRUE(outcome);
-  EXPECT_EQ(outcome->workflow.reference.labels, want.reference.labels);
+  EXPECT_EQ(outcome->reference->labels, want.reference.labels);
   for (std::size_t i = 0; i < modes.size(); ++i)
-    EXPECT_EQ(outcome->workflow.modes[i].result.labels, want.modes[i].result.labels) << i;
+    EXPECT_EQ(outcome->finished[i]->result.labels, want.modes[i].result.labels) << i;
 
   // Charts: one point per mode, one convergence curve per distinct run.
   EXPECT_EQ(window_->charts()->timeDiffChart()->series().size(), 9);
@@ -222,7 +222,7 @@ TEST_F(GuiWindow, SelectingARowShowsThatModesLabelsMaskAndLegend) {
   EXPECT_EQ(window_->views()->view(ImageViews::ModeLabels)->image(), wantLabels);
   EXPECT_EQ(window_->views()->view(ImageViews::Mask)->image(), wantMask);
   EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(),
-            renderLabels(o->workflow.reference.labels, 60, 40, o->palette));
+            renderLabels(o->reference->labels, 60, 40, o->palette));
 
   // The legend: one row per reference cluster, with its size and this mode's disagreement.
   LegendWidget* legend = window_->legend();
@@ -243,12 +243,12 @@ TEST_F(GuiWindow, SelectingARowShowsThatModesLabelsMaskAndLegend) {
       renderLabels(o->result(other).labels, 60, 40, o->palette, o->comparison(other)->mapping));
   // The reference's maps are rendered once per result, and again for the next result.
   EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(),
-            renderLabels(o->workflow.reference.labels, 60, 40, o->palette));
+            renderLabels(o->reference->labels, 60, 40, o->palette));
   runAndWait(fastParams(3, 10), true);
   const auto next = controller()->outcome();
   ASSERT_NE(next, o);
-  const QImage nextReference = renderLabels(next->workflow.reference.labels, 60, 40, next->palette);
-  ASSERT_NE(nextReference, renderLabels(o->workflow.reference.labels, 60, 40, o->palette));
+  const QImage nextReference = renderLabels(next->reference->labels, 60, 40, next->palette);
+  ASSERT_NE(nextReference, renderLabels(o->reference->labels, 60, 40, o->palette));
   EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(), nextReference);
   window_->selectRow(0);
   EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(), nextReference);
@@ -272,16 +272,16 @@ TEST_F(GuiWindow, RunsOnTheSamePhotoAndFeatureOptionsShareTheirFeatures) {
   EXPECT_EQ(second->features, first->features);
   EXPECT_EQ(second->featureSeconds, 0.0);
   const WorkflowResult want = expected(path, p, {Mode::Fp16Fp32});
-  EXPECT_EQ(second->workflow.reference.labels, want.reference.labels);
-  EXPECT_EQ(second->workflow.modes.at(0).result.labels, want.modes.at(0).result.labels);
-  EXPECT_EQ(second->workflow.modes.at(0).result.fallbacks, want.modes.at(0).result.fallbacks);
+  EXPECT_EQ(second->reference->labels, want.reference.labels);
+  EXPECT_EQ(second->finished.at(0)->result.labels, want.modes.at(0).result.labels);
+  EXPECT_EQ(second->finished.at(0)->result.fallbacks, want.modes.at(0).result.fallbacks);
 
   p.features.spatialWeight = 0.5;
   runAndWait(p, false);
   const auto third = controller()->outcome();
   EXPECT_NE(third->features, first->features);
   EXPECT_EQ(third->features->options.spatialWeight, 0.5);
-  EXPECT_EQ(third->workflow.modes.at(0).result.labels,
+  EXPECT_EQ(third->finished.at(0)->result.labels,
             expected(path, p, {Mode::Fp16Fp32}).modes.at(0).result.labels);
 
   p.features.colorSpace = ColorSpace::Lab;
@@ -304,7 +304,7 @@ TEST_F(GuiWindow, ARunTakesTheReferenceOfTheRunBeforeWhenItCan) {
   const QString path = kmseg::test::smallPhoto("gui-reference");
   GuiParams p = fastParams(4, 8);
   const auto first = firstFp16Fp32Run(path, p);
-  EXPECT_FALSE(first->workflow.referenceGiven);
+  EXPECT_FALSE(first->referenceGiven);
   auto status = [&] {
     return window_->findChild<QLabel*>(QStringLiteral("progressLabel"))->text().toStdString();
   };
@@ -314,24 +314,24 @@ TEST_F(GuiWindow, ARunTakesTheReferenceOfTheRunBeforeWhenItCan) {
   p.workflow.kmeans.rho = 7.0;
   runAndWait(p, false);
   const auto second = controller()->outcome();
-  EXPECT_TRUE(second->workflow.referenceGiven);
+  EXPECT_TRUE(second->referenceGiven);
   EXPECT_NE(status().find("reference of the run before"), std::string::npos) << status();
-  EXPECT_EQ(second->runSeconds(), second->workflow.modes.at(0).result.seconds);
+  EXPECT_EQ(second->runSeconds(), second->finished.at(0)->result.seconds);
   const WorkflowResult want = expected(path, p, {Mode::Fp32});
-  EXPECT_EQ(second->workflow.reference.labels, want.reference.labels);
-  EXPECT_EQ(second->workflow.modes.at(0).result.labels, want.modes.at(0).result.labels);
-  EXPECT_EQ(second->workflow.modes.at(0).comparison.diffPercent,
+  EXPECT_EQ(second->reference->labels, want.reference.labels);
+  EXPECT_EQ(second->finished.at(0)->result.labels, want.modes.at(0).result.labels);
+  EXPECT_EQ(second->finished.at(0)->comparison.diffPercent,
             want.modes.at(0).comparison.diffPercent);
 
   // All modes after it: the same reference again.
   runAndWait(p, true);
-  EXPECT_TRUE(controller()->outcome()->workflow.referenceGiven);
-  EXPECT_EQ(controller()->outcome()->workflow.reference.labels, want.reference.labels);
+  EXPECT_TRUE(controller()->outcome()->referenceGiven);
+  EXPECT_EQ(controller()->outcome()->reference->labels, want.reference.labels);
 
   p.workflow.kmeans.k = 5;
   runAndWait(p, false);
-  EXPECT_FALSE(controller()->outcome()->workflow.referenceGiven);
-  EXPECT_EQ(controller()->outcome()->workflow.reference.labels,
+  EXPECT_FALSE(controller()->outcome()->referenceGiven);
+  EXPECT_EQ(controller()->outcome()->reference->labels,
             expected(path, p, {Mode::Fp32}).reference.labels);
 }
 
@@ -430,10 +430,143 @@ TEST_F(GuiWindow, OverlayBoundariesAndHoverShowWhatIsUnderTheCursor) {
   const std::size_t i = 20 * 60 + 10;
   const QString text = window_->pixelText();
   EXPECT_TRUE(text.contains(QStringLiteral("x 10 y 20"))) << text.toStdString();
-  EXPECT_TRUE(text.contains(QStringLiteral("fp64: %1").arg(o->workflow.reference.labels[i])))
+  EXPECT_TRUE(text.contains(QStringLiteral("fp64: %1").arg(o->reference->labels[i])))
       << text.toStdString();
   EXPECT_TRUE(text.contains(QStringLiteral("fp16>fp32: %1").arg(o->result(1).labels[i])))
       << text.toStdString();
+}
+
+// "Compare all modes" shows each run as it completes: the reference first, then each mode in
+// turn, the rows to come named and greyed out, the views following the newest row until the
+// panel's mode is in.
+TEST_F(GuiWindow, CompareAllModesShowsEachRowAsItCompletes) {
+  const QString path = kmseg::test::smallPhoto("gui-rows");
+  open(path);
+  const GuiParams p = fastParams(4, 6);
+  const ResultsModel* m = window_->resultsModel();
+  struct Seen {
+    int ready;
+    int selected;
+    int rowCount;
+    bool pendingSelectable;
+    QStringList pendingStops;
+    bool pendingValuesEmpty;
+    int timePoints;
+  };
+  std::vector<Seen> seen;
+  QObject::connect(controller(), &Controller::rowsReady, window_.get(), [&] {
+    const auto o = controller()->outcome();
+    Seen s{o->readyRows(),
+           window_->selectedRow(),
+           m->rowCount(),
+           false,
+           {},
+           true,
+           int(window_->charts()->timeDiffChart()->series().size())};
+    for (int row = o->readyRows(); row < m->rowCount(); ++row) {
+      if (m->flags(m->index(row, 0)) & (Qt::ItemIsSelectable | Qt::ItemIsEnabled))
+        s.pendingSelectable = true;
+      s.pendingStops << m->data(m->index(row, ResultsModel::StopColumn)).toString();
+      if (m->data(m->index(row, ResultsModel::SseColumn)).isValid()) s.pendingValuesEmpty = false;
+    }
+    seen.push_back(s);
+  });
+  runAndWait(p, true);
+  const auto outcome = controller()->outcome();
+  ASSERT_TRUE(outcome && outcome->isComplete());
+  const int target = outcome->rowOf(p.mode);
+  ASSERT_GT(target, 1);
+  ASSERT_EQ(seen.size(), 10u);
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    SCOPED_TRACE(i);
+    const Seen& s = seen[i];
+    EXPECT_EQ(s.ready, int(i) + 1);
+    EXPECT_EQ(s.rowCount, 10);
+    EXPECT_EQ(s.selected, std::min(int(i), target));
+    EXPECT_FALSE(s.pendingSelectable);
+    EXPECT_TRUE(s.pendingValuesEmpty);
+    EXPECT_EQ(s.pendingStops.size(), 10 - s.ready);
+    // Rows before the one running are being compared, those after it wait.
+    const QStringList order = {QStringLiteral("comparing with fp64…"), QStringLiteral("running…"),
+                               QStringLiteral("waiting")};
+    int last = 0;
+    for (const QString& stop : s.pendingStops) {
+      const int rank = int(order.indexOf(stop));
+      EXPECT_GE(rank, last) << stop.toStdString();
+      last = std::max(last, rank);
+    }
+    EXPECT_EQ(s.timePoints, s.ready - 1);  // one point per complete mode
+  }
+  EXPECT_EQ(window_->selectedRow(), target);
+  EXPECT_EQ(m->flags(m->index(9, 0)) & Qt::ItemIsSelectable, Qt::ItemIsSelectable);
+}
+
+// A row the user selects while a comparison runs stays selected as more rows complete.
+TEST_F(GuiWindow, RowsCompletingDoNotMoveTheUsersSelection) {
+  open(kmseg::test::smallPhoto("gui-rows-pick"));
+  QTableView* table = window_->resultsView();
+  bool picked = false;
+  QObject::connect(controller(), &Controller::rowsReady, window_.get(), [&] {
+    if (picked || controller()->outcome()->readyRows() != 3) return;
+    picked = true;
+    // As a click does: through the view's selection model, not MainWindow::selectRow.
+    table->selectionModel()->setCurrentIndex(
+        table->model()->index(0, 0),
+        QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  });
+  runAndWait(fastParams(4, 6), true);
+  EXPECT_TRUE(picked);
+  EXPECT_EQ(window_->selectedRow(), 0);
+  // The next run starts afresh: the panel's mode is selected at its end.
+  picked = true;
+  runAndWait(fastParams(4, 7), true);
+  EXPECT_EQ(window_->selectedRow(), controller()->outcome()->rowOf(Mode::Fp16Fp32));
+}
+
+// Cancelled part way, a comparison keeps the rows it completed; the others say they did not
+// finish, cannot be selected or exported, and the report lists the complete runs only.
+TEST_F(GuiWindow, CancelledComparisonKeepsItsCompleteRows) {
+  open(kmseg::test::smallPhoto("gui-rows-cancel"));
+  QSignalSpy cancelled(controller(), &Controller::runCancelled);
+  QSignalSpy finished(controller(), &Controller::runFinished);
+  QObject::connect(controller(), &Controller::rowsReady, window_.get(), [&] {
+    if (controller()->outcome()->readyRows() == 4) window_->cancelRun();
+  });
+  window_->paramsPanel()->setParams(fastParams(4, 6));
+  window_->compareAll();
+  ASSERT_TRUE(waitFor([&] { return cancelled.count() == 1 && !controller()->isBusy(); }));
+  EXPECT_EQ(finished.count(), 0);
+  const auto o = controller()->outcome();
+  ASSERT_TRUE(o);
+  // Rows the worker completed after the cancel are not taken.
+  EXPECT_EQ(o->readyRows(), 4);
+  const ResultsModel* m = window_->resultsModel();
+  EXPECT_EQ(m->outcome(), o);
+  EXPECT_EQ(m->rowCount(), 10);
+  for (int row = 4; row < 10; ++row) {
+    EXPECT_EQ(m->data(m->index(row, ResultsModel::StopColumn)).toString(),
+              QStringLiteral("not finished"));
+    EXPECT_EQ(m->flags(m->index(row, 0)), Qt::NoItemFlags);
+  }
+  EXPECT_TRUE(m->data(m->index(3, ResultsModel::SseColumn)).isValid());
+  // The views show the newest complete row (the panel's mode had not come).
+  EXPECT_EQ(window_->selectedRow(), 3);
+  window_->selectRow(6);  // not complete: ignored
+  EXPECT_EQ(window_->selectedRow(), 3);
+
+  const auto dir = kmseg::test::freshTempDir("gui-rows-cancel-out");
+  const QString json = tempFile(dir, "partial.json");
+  ASSERT_TRUE(controller()->exportFile(Controller::ExportKind::ReportJson, json, 3))
+      << window_->lastError().toStdString();
+  std::ifstream in(json.toStdString());
+  const auto report = nlohmann::json::parse(in);
+  ASSERT_EQ(report.at("runs").size(), 4u);
+  EXPECT_EQ(report.at("runs").at(3).at("mode"), std::string(modeName(o->modes[2])));
+  const QString labels = tempFile(dir, "pending.png");
+  EXPECT_FALSE(controller()->exportFile(Controller::ExportKind::LabelMap, labels, 6));
+  EXPECT_TRUE(window_->lastError().contains(QStringLiteral("has not finished yet")))
+      << window_->lastError().toStdString();
+  EXPECT_FALSE(QFile::exists(labels));
 }
 
 TEST_F(GuiWindow, CancelMidRunKeepsTheResultShown) {
@@ -443,6 +576,7 @@ TEST_F(GuiWindow, CancelMidRunKeepsTheResultShown) {
   ASSERT_TRUE(before);
 
   QSignalSpy progress(controller(), &Controller::progressed);
+  QSignalSpy rows(controller(), &Controller::rowsReady);
   QSignalSpy cancelled(controller(), &Controller::runCancelled);
   QSignalSpy finished(controller(), &Controller::runFinished);
   window_->paramsPanel()->setParams(fastParams(8, 300));
@@ -454,9 +588,15 @@ TEST_F(GuiWindow, CancelMidRunKeepsTheResultShown) {
   QTest::mouseClick(window_->paramsPanel()->cancelButton(), Qt::LeftButton);
   ASSERT_TRUE(waitFor([&] { return cancelled.count() == 1 && !controller()->isBusy(); }));
   EXPECT_EQ(finished.count(), 0);
-  EXPECT_EQ(controller()->outcome(), before);
-  EXPECT_EQ(window_->resultsModel()->outcome(), before);
-  EXPECT_EQ(window_->resultsModel()->rowCount(), 2);
+  // Cancelled in its reference's run, the comparison completed no row: the result before stays.
+  // (Had the reference finished first, its row would be shown: see the test below.)
+  if (rows.count() == 0) {
+    EXPECT_EQ(controller()->outcome(), before);
+    EXPECT_EQ(window_->resultsModel()->outcome(), before);
+    EXPECT_EQ(window_->resultsModel()->rowCount(), 2);
+  } else {
+    EXPECT_FALSE(controller()->outcome()->isComplete());
+  }
   EXPECT_FALSE(window_->progressBar()->isVisible());
   EXPECT_FALSE(errorBox());
 }
@@ -481,7 +621,8 @@ TEST_F(GuiWindow, FiftyRapidRunCancelCyclesNeitherCrashNorReplaceTheResult) {
   EXPECT_EQ(cancelled.count(), 50);
   EXPECT_EQ(finished.count(), 0);
   EXPECT_EQ(failed.count(), 0);
-  EXPECT_EQ(controller()->outcome(), nullptr);
+  // What a run completed before its cancel took effect (if anything) is what the table shows.
+  EXPECT_EQ(window_->resultsModel()->outcome(), controller()->outcome());
 
   // Starting a run while one is active cancels the old one: 49 cancelled, the last finishes.
   cancelled.clear();
