@@ -136,17 +136,21 @@ void runCommand(const std::string& command, const Options& o) {
       std::fflush(stderr);
     };
   }
-  const WorkflowRunDone printRow = [&](int run, const KMeansResult& r, const Comparison* c) {
+  WorkflowRunsDone printRows;
+  auto printRow = [&](const std::string& name, const KMeansResult& r, const Comparison* c) {
     const std::lock_guard lock(terminal);
     if (live) std::fprintf(stderr, "\r%100s\r", "");
-    const std::string name = run == 0 ? "reference" : std::string(modeName(o.modes[run - 1]));
     std::printf("%s\n", formatRow(name.c_str(), r, c).c_str());
     std::fflush(stdout);
     lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
   };
+  printRows.reference = [&](const KMeansResult& r) { printRow("reference", r, nullptr); };
+  printRows.mode = [&](std::size_t m, ModeOutcome& mo) {
+    printRow(std::string(modeName(o.modes[m])), mo.result, &mo.comparison);
+  };
   const WorkflowResult w =
       runWorkflow(*choice.engine, features.rows, o.modes, workflowFor(o.workflow, image), progress,
-                  nullptr, features.lookup ? &*features.lookup : nullptr, nullptr, printRow);
+                  nullptr, features.lookup ? &*features.lookup : nullptr, nullptr, printRows);
   if (live) std::fprintf(stderr, "\r%100s\r", "");
   printTableNotes(w, o.modes);
 

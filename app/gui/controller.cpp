@@ -157,24 +157,33 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
           s.evaluations > 0 ? 100.0 * double(s.fallbacks) / double(s.evaluations) : 0.0;
       promise.addResult(std::move(ev));
     };
-    // Each complete run is copied once into the rows the outcomes share; runWorkflow's own
-    // copies go when it returns. The calls never overlap (runWorkflow).
+    // Each complete run becomes a row the outcomes share: the reference copied (the workflow's
+    // comparisons still read its own), each mode moved out of the workflow's result, which is
+    // not kept. The calls never overlap (runWorkflow).
     std::shared_ptr<const RunOutcome> current = outcome;
-    WorkflowRunDone runDone = [&](int run, const KMeansResult& r, const Comparison* c) {
+    auto addRow = [&](auto&& add) {
       auto next = std::make_shared<RunOutcome>(*current);
-      if (run == 0)
-        next->reference = reuse ? previous->reference : std::make_shared<const KMeansResult>(r);
-      else
-        next->finished.push_back(std::make_shared<const ModeOutcome>(ModeOutcome{r, *c}));
+      add(*next);
       current = next;
       RunEvent ev;
       ev.kind = RunEvent::Kind::Rows;
       ev.outcome = current;
       promise.addResult(std::move(ev));
     };
+    WorkflowRunsDone runsDone;
+    runsDone.reference = [&](const KMeansResult& r) {
+      addRow([&](RunOutcome& o) {
+        o.reference = reuse ? previous->reference : std::make_shared<const KMeansResult>(r);
+      });
+    };
+    runsDone.mode = [&](std::size_t, ModeOutcome& m) {
+      addRow([&](RunOutcome& o) {
+        o.finished.push_back(std::make_shared<const ModeOutcome>(std::move(m)));
+      });
+    };
     runWorkflow(*choice.engine, features.rows, modes, workflowFor(params.workflow, image->image),
                 progress, cancel.get(), features.lookup ? &*features.lookup : nullptr,
-                reuse ? previous->reference.get() : nullptr, runDone);
+                reuse ? previous->reference.get() : nullptr, runsDone);
     RunEvent done;
     done.kind = RunEvent::Kind::Done;
     done.outcome = std::move(current);

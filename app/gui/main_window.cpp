@@ -374,8 +374,11 @@ void MainWindow::onProgress(const RunProgress& p) {
 
 void MainWindow::showOutcome() {
   const auto outcome = controller_->outcome();
-  model_->setOutcome(outcome);
-  charts_->setOutcome(outcome);
+  // The end of a run brings the outcome its last row brought: nothing to take in again.
+  if (outcome != model_->outcome()) {
+    model_->setOutcome(outcome);
+    charts_->setOutcome(outcome);
+  }
   if (!outcome) return;
   // Unless the user picked a row since the run started, show the selected mode's row once it
   // is complete, and until then the newest complete row.

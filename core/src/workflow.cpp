@@ -41,7 +41,7 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress, const std::atomic<bool>* cancel,
                            const FeatureLookup* lookup, const KMeansResult* reference,
-                           const WorkflowRunDone& runDone) {
+                           const WorkflowRunsDone& runsDone) {
   if (features.empty()) throw InvalidArgument("the feature matrix is empty");
   validateWorkflow(params, features.rows);
   if (reference && (reference->mode != Mode::Fp64 || reference->labels.size() != features.rows ||
@@ -87,16 +87,16 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
   bool reportFailed = false;
   auto reportReady = [&] {  // with reportMutex held
     while (!reportFailed && reported < modes.size() && compared[reported]) {
-      const ModeOutcome& o = out.modes[reported];
+      const std::size_t m = reported++;
       try {
-        runDone(int(++reported), o.result, &o.comparison);
+        runsDone.mode(m, out.modes[m]);
       } catch (...) {
         reportFailed = true;
         throw;
       }
     }
   };
-  if (runDone) runDone(0, out.reference, nullptr);
+  if (runsDone.reference) runsDone.reference(out.reference);
   // Each mode's comparison with the reference runs on a thread of its own while the next mode
   // runs: on the GPU a comparison (contingency table, matching, ARI, AMI, mask) takes about as
   // long on the host as a run of a 12-megapixel photo on the device. out.modes is sized first,
@@ -116,7 +116,7 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
       ModeOutcome& done = out.modes[m];
       done.comparison = compareLabelings(out.reference.labels, done.result.labels, k,
                                          out.reference.sse, done.result.sse);
-      if (!runDone) return;
+      if (!runsDone.mode) return;
       const std::lock_guard lock(reportMutex);
       compared[m] = 1;
       reportReady();

@@ -662,77 +662,87 @@ TEST(Workflow, ReportsEachRunInOrderAsItCompletes) {
   p.kmeans.k = 4;
   const std::vector<Mode> modes = {Mode::Fp16, Mode::Fp64, Mode::Fp32, Mode::Bf16Fp32};
   auto cpu = makeCpuEngine(2);
+  const WorkflowResult want = runWorkflow(*cpu, data, modes, p);
 
-  struct Call {
-    int run;
-    std::vector<std::int32_t> labels;
-    double sse;
-    bool hasComparison;
-    double diff;
-  };
-  std::vector<Call> calls;
-  bool overlapped = false;
+  // The order of the calls: -1 for the reference, then each mode's index.
+  std::vector<int> order;
   std::atomic<bool> inside{false};
-  // Each mode's run counts its iterations here; a report must come after its run's last one.
-  std::vector<int> iterationsSeen(1 + modes.size(), 0);
+  bool overlapped = false;
+  KMeansResult reference;
+  std::vector<ModeOutcome> taken;
+  // Each run counts its iterations here; a run is reported after its last one.
+  std::vector<int> iterationsSeen(1 + modes.size(), 0), iterationsAtReport;
   std::mutex seenMutex;
   WorkflowProgress progress = [&](int run, int, Mode, const IterationStats&) {
     const std::lock_guard lock(seenMutex);
     ++iterationsSeen[std::size_t(run)];
   };
-  std::vector<int> iterationsAtReport;
-  const WorkflowResult w = runWorkflow(
-      *cpu, data, modes, p, progress, nullptr, nullptr, nullptr,
-      [&](int run, const KMeansResult& r, const Comparison* c) {
-        if (inside.exchange(true)) overlapped = true;
-        calls.push_back({run, r.labels, r.sse, c != nullptr, c ? c->diffPercent : -1.0});
-        {
-          const std::lock_guard lock(seenMutex);
-          iterationsAtReport.push_back(iterationsSeen[std::size_t(run)]);
-        }
-        inside = false;
-      });
+  auto enter = [&](int run) {
+    if (inside.exchange(true)) overlapped = true;
+    order.push_back(run - 1);
+    const std::lock_guard lock(seenMutex);
+    iterationsAtReport.push_back(iterationsSeen[std::size_t(run)]);
+  };
+  WorkflowRunsDone done;
+  done.reference = [&](const KMeansResult& r) {
+    enter(0);
+    reference = r;
+    inside = false;
+  };
+  done.mode = [&](std::size_t m, ModeOutcome& o) {
+    enter(int(m) + 1);
+    taken.push_back(std::move(o));  // as the app does: the workflow does not read it again
+    inside = false;
+  };
+  const WorkflowResult w =
+      runWorkflow(*cpu, data, modes, p, progress, nullptr, nullptr, nullptr, done);
   EXPECT_FALSE(overlapped);
-  ASSERT_EQ(calls.size(), 1 + modes.size());
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    SCOPED_TRACE(i);
-    EXPECT_EQ(calls[i].run, int(i));
-    const KMeansResult& r = i == 0 ? w.reference : w.modes[i - 1].result;
-    EXPECT_EQ(calls[i].labels, r.labels);
-    EXPECT_EQ(calls[i].sse, r.sse);
-    EXPECT_EQ(calls[i].hasComparison, i > 0);
-    if (i > 0) EXPECT_EQ(calls[i].diff, w.modes[i - 1].comparison.diffPercent);
-    // Reported whole: every iteration of the run had been reported before the run was (the
-    // fp64 mode reuses the reference's run, so it has none of its own).
-    int own = r.iterations;
-    if (i > 0 && modes[i - 1] == Mode::Fp64) own = 0;
-    EXPECT_EQ(iterationsAtReport[i], own);
+  EXPECT_EQ(order, (std::vector<int>{-1, 0, 1, 2, 3}));
+  EXPECT_EQ(reference.labels, want.reference.labels);
+  EXPECT_EQ(w.reference.labels, want.reference.labels);
+  EXPECT_EQ(iterationsAtReport[0], want.reference.iterations);
+  ASSERT_EQ(taken.size(), modes.size());
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    SCOPED_TRACE(m);
+    EXPECT_EQ(taken[m].result.mode, modes[m]);
+    EXPECT_EQ(taken[m].result.labels, want.modes[m].result.labels);
+    EXPECT_EQ(taken[m].result.sse, want.modes[m].result.sse);
+    EXPECT_EQ(taken[m].comparison.diffPercent, want.modes[m].comparison.diffPercent);
+    EXPECT_EQ(taken[m].comparison.mask, want.modes[m].comparison.mask);
+    // Reported whole: after every iteration of its run (the fp64 mode reuses the reference's
+    // run and has none of its own).
+    EXPECT_EQ(iterationsAtReport[m + 1],
+              modes[m] == Mode::Fp64 ? 0 : want.modes[m].result.iterations);
+    // What the callee took is gone from the result returned.
+    EXPECT_TRUE(w.modes[m].result.labels.empty());
   }
   // The modes differ, so the reports were not one result given several times.
-  EXPECT_NE(calls[1].labels, calls[4].labels);
+  EXPECT_NE(taken[0].result.labels, taken[3].result.labels);
 
   // Cancelled in the third mode's run: the reference and the modes completed before it are
   // reported (their comparisons finish before runWorkflow returns), nothing after them.
   std::atomic<bool> cancel{false};
-  std::vector<int> runs;
+  order.clear();
   WorkflowProgress cancelling = [&](int run, int, Mode, const IterationStats&) {
     if (run == 3) cancel = true;
   };
-  EXPECT_THROW(
-      runWorkflow(*cpu, data, modes, p, cancelling, &cancel, nullptr, nullptr,
-                  [&](int run, const KMeansResult&, const Comparison*) { runs.push_back(run); }),
-      Cancelled);
-  EXPECT_EQ(runs, (std::vector<int>{0, 1, 2}));
+  WorkflowRunsDone record;
+  record.reference = [&](const KMeansResult&) { order.push_back(-1); };
+  record.mode = [&](std::size_t m, ModeOutcome&) { order.push_back(int(m)); };
+  EXPECT_THROW(runWorkflow(*cpu, data, modes, p, cancelling, &cancel, nullptr, nullptr, record),
+               Cancelled);
+  EXPECT_EQ(order, (std::vector<int>{-1, 0, 1}));
 
   // A report that throws ends the workflow with its exception, and no later run is reported.
-  runs.clear();
-  EXPECT_THROW(runWorkflow(*cpu, data, modes, p, {}, nullptr, nullptr, nullptr,
-                           [&](int run, const KMeansResult&, const Comparison*) {
-                             runs.push_back(run);
-                             if (run == 2) throw std::runtime_error("the viewer is gone");
-                           }),
+  order.clear();
+  WorkflowRunsDone throwing = record;
+  throwing.mode = [&](std::size_t m, ModeOutcome&) {
+    order.push_back(int(m));
+    if (m == 1) throw std::runtime_error("the viewer is gone");
+  };
+  EXPECT_THROW(runWorkflow(*cpu, data, modes, p, {}, nullptr, nullptr, nullptr, throwing),
                std::runtime_error);
-  EXPECT_EQ(runs, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(order, (std::vector<int>{-1, 0, 1}));
 }
 
 TEST(Init, RandomPointsAreDistinctRowsAndReproducible) {

@@ -51,11 +51,17 @@ struct WorkflowResult {
 using WorkflowProgress =
     std::function<void(int run, int runCount, Mode mode, const IterationStats& stats)>;
 
-/// A run of a workflow that is complete: run 0 is the reference (`comparison` null), run m + 1
-/// the mode modes[m], once its run and its comparison with the reference are both done. The
-/// references are valid during the call only.
-using WorkflowRunDone =
-    std::function<void(int run, const KMeansResult& result, const Comparison* comparison)>;
+/// What a front end hears of a workflow's runs as each completes, in the order of the runs, so
+/// that it can show each one before the workflow ends. Either may be empty.
+struct WorkflowRunsDone {
+  /// The reference's run (or the one given). It must stay as it is: the modes' comparisons
+  /// read it.
+  std::function<void(const KMeansResult& reference)> reference;
+  /// Mode modes[m], once its run and its comparison with the reference are both done. The
+  /// callee may move the outcome away (runWorkflow does not read it again); the
+  /// WorkflowResult returned then holds what the callee left.
+  std::function<void(std::size_t m, ModeOutcome& outcome)> mode;
+};
 
 /// Throws InvalidArgument naming the parameter and its limit when `params` cannot run as a
 /// workflow on `n` samples: what validate() rejects, and K above kMaxComparedClusters (the
@@ -78,17 +84,15 @@ bool sameReference(const WorkflowParams& a, const WorkflowParams& b);
 /// the same kind of engine whose parameters give the same reference (sameReference): it is
 /// taken instead of running the reference again (WorkflowResult::referenceGiven). Throws
 /// InvalidArgument when it is not an fp64 result with a label per row and K centres.
-/// `runDone`, when set, is called once per run as it completes, in the order of the runs (the
-/// reference, then `modes`), so that a front end can show each one before the workflow ends.
-/// The calls never overlap, but a mode's call may come from the thread that compared it with
-/// the reference rather than the one that runs the workflow. A run cancelled or failed, and
-/// every run after it, is not reported.
+/// `runsDone` hears of each run as it completes. Its calls never overlap, but a mode's may
+/// come from the thread that compared it with the reference rather than the one that runs the
+/// workflow. A run cancelled or failed, and every run after it, is not reported.
 WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
                            const std::vector<Mode>& modes, const WorkflowParams& params,
                            const WorkflowProgress& progress = {},
                            const std::atomic<bool>* cancel = nullptr,
                            const FeatureLookup* lookup = nullptr,
                            const KMeansResult* reference = nullptr,
-                           const WorkflowRunDone& runDone = {});
+                           const WorkflowRunsDone& runsDone = {});
 
 }  // namespace kmseg
