@@ -380,12 +380,13 @@ void MainWindow::showOutcome() {
     charts_->setOutcome(outcome);
   }
   if (!outcome) return;
-  // Unless the user picked a row since the run started, show the selected mode's row once it
-  // is complete, and until then the newest complete row.
+  // Unless the user picked a row since the run started, show the reference's row until the
+  // selected mode's is complete, then that one. (Following each row as it completes drew
+  // three maps per row on every core while the comparisons ran, and slowed them.)
   if (userPicked_ && outcome->isReady(selectedRow())) return;
   int target = outcome->rowOf(outcome->params.mode);
   if (target < 0) target = outcome->rowCount() > 1 ? 1 : 0;
-  if (!outcome->isReady(target)) target = outcome->readyRows() - 1;
+  if (!outcome->isReady(target)) target = 0;
   if (target >= 0 && target != selectedRow()) selectRow(target);
 }
 
