@@ -135,9 +135,9 @@ class Controller : public QObject {
 
   /// The current image; null before the first successful openImage().
   std::shared_ptr<const LoadedImage> image() const { return image_; }
-  /// The latest run: whole when it finished, the rows complete so far while it is active (or
-  /// when it was cancelled part way); null before the first run and after a new image is
-  /// loaded.
+  /// The latest run with a row complete: whole when it finished, the rows complete so far while
+  /// it is active (or when it was cancelled or failed part way); null before the first row of
+  /// the first run and after a new image is loaded.
   std::shared_ptr<const RunOutcome> outcome() const { return outcome_; }
 
   /// Writes `kind` for table row `row` of the current result to `path` through the core's
@@ -152,13 +152,14 @@ class Controller : public QObject {
   /// One Lloyd iteration of the newest run.
   void progressed(const kmseg::gui::RunProgress& progress);
   /// outcome() now holds `job`'s outcome with one more row complete (the reference, then each
-  /// mode in turn). The last such signal of a job comes just before runFinished().
+  /// mode in turn). For a job that finishes, the last one comes just before runFinished().
   void rowsReady(int job);
   /// outcome() now holds the whole result of `job`.
   void runFinished(int job);
-  /// `job` ended without a result (cancelled, or superseded by a newer run).
+  /// `job` ended before it finished (cancelled, or superseded by a newer run); outcome() keeps
+  /// the rows it had completed, if any.
   void runCancelled(int job);
-  /// `job` failed; errorOccurred() said why.
+  /// `job` failed; errorOccurred() said why. outcome() keeps the rows it had completed, if any.
   void runFailed(int job);
   /// isBusy() changed.
   void busyChanged(bool busy);

@@ -458,10 +458,11 @@ void MainWindow::showRow(int row) {
     forgetReferenceMaps();
     return;
   }
-  // The same run in the same row of a grown outcome is already shown.
+  // The same run in the same row, in the same colours, is already shown (the outcome grew, or
+  // a new run took the reference of the one before).
   std::shared_ptr<const void> run =
       row == 0 ? std::shared_ptr<const void>(o->reference) : o->finished[std::size_t(row - 1)];
-  if (row == shownRow_ && shownOf_ == run) return;
+  if (row == shownRow_ && shownOf_ == run && referencePalette_ == o->palette) return;
   shownRow_ = row;
   shownOf_ = std::move(run);
   const KMeansResult& r = o->result(row);

@@ -572,6 +572,33 @@ TEST_F(GuiWindow, CancelledComparisonKeepsItsCompleteRows) {
   EXPECT_FALSE(QFile::exists(labels));
 }
 
+// A run that takes the reference of the run before, in other colours, draws the reference in
+// its own colours from its first row on, though the same run was shown in the same row.
+TEST_F(GuiWindow, AReusedReferenceIsDrawnInTheNewRunsColours) {
+  open(kmseg::test::smallPhoto("gui-rows-palette"));
+  GuiParams p = fastParams(5, 10);
+  runAndWait(p, false);
+  const auto first = controller()->outcome();
+  window_->selectRow(0);
+  p.palette = PaletteKind::ColorBlindSafe;
+  QSignalSpy cancelled(controller(), &Controller::runCancelled);
+  QObject::connect(controller(), &Controller::rowsReady, window_.get(),
+                   [&] { window_->cancelRun(); });  // after the reference's row
+  window_->paramsPanel()->setParams(p);
+  window_->runSelected();
+  ASSERT_TRUE(waitFor([&] { return cancelled.count() == 1 && !controller()->isBusy(); }));
+  const auto o = controller()->outcome();
+  ASSERT_NE(o, first);
+  ASSERT_EQ(o->readyRows(), 1);
+  ASSERT_EQ(o->reference, first->reference);  // taken, not run again
+  ASSERT_NE(o->palette, first->palette);
+  EXPECT_EQ(window_->selectedRow(), 0);
+  const QImage want = renderLabels(o->reference->labels, 60, 40, o->palette);
+  ASSERT_NE(want, renderLabels(o->reference->labels, 60, 40, first->palette));
+  EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(), want);
+  EXPECT_EQ(window_->views()->view(ImageViews::ModeLabels)->image(), want);
+}
+
 TEST_F(GuiWindow, CancelMidRunKeepsTheResultShown) {
   open(QString::fromStdString(kmseg::test::sourcePath("samples/coffee.png").string()));
   runAndWait(fastParams(8, 2), false);
