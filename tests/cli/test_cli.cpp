@@ -7,11 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kmseg/engine.h"
@@ -132,6 +134,41 @@ TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {
     EXPECT_NE(r.out.find(col), std::string::npos) << col;
   EXPECT_TRUE(fs::is_regular_file(out / "grace_hopper.compare.json"));
   EXPECT_FALSE(fs::exists(out / "grace_hopper.fp32.labels.png"));  // --no-maps
+}
+
+// The table's rows reach a pipe as each run completes, not all at the end: the reference's long
+// before the slow modes after it are done.
+TEST(Cli, ComparePrintsEachRowAsItsRunCompletes) {
+  const char* exe = std::getenv("KMSEG_CLI");
+  ASSERT_TRUE(exe);
+  const fs::path out = test::freshTempDir("cli-compare-rows");
+  // The reference converges in a few dozen iterations; uniform fp16 runs to the cap of 300 and
+  // bf16>fp32 falls back for most pairs: together several times the reference's time.
+  const std::string cmd = "'" + std::string(exe) +
+                          "' compare samples/coffee.png -k 8 --modes fp16,'bf16>fp32' "
+                          "--backend cpu --no-maps -q -o '" +
+                          out.string() + "' 2>&1; echo END";
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  ASSERT_TRUE(pipe);
+  std::vector<std::pair<std::string, double>> seen;  // each line and when it came
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, pipe))
+    seen.emplace_back(buf,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  ASSERT_EQ(::pclose(pipe), 0);
+  auto when = [&](const std::string& start) {
+    for (const auto& [line, t] : seen)
+      if (line.rfind(start, 0) == 0) return t;
+    ADD_FAILURE() << "no line starts with " << start;
+    return -1.0;
+  };
+  const double reference = when("reference "), fp16 = when("fp16 "), bf16 = when("bf16>fp32 ");
+  const double end = when("END");
+  EXPECT_LT(reference, fp16);
+  EXPECT_LT(fp16, bf16);
+  EXPECT_LE(bf16, end);
+  EXPECT_LT(reference, 0.5 * end) << "reference at " << reference << " s, end at " << end << " s";
 }
 
 // One pixel unlike the 25 599 others: under z-score normalisation its colour columns reach
