@@ -57,39 +57,13 @@ void printTableNotes(const WorkflowResult& w, const std::vector<Mode>& modes) {
 
 }  // namespace
 
-std::string fileTag(Mode mode) {
-  std::string s(modeName(mode));
-  for (char& c : s)
-    if (c == '>') c = '-';
-  return s;
-}
-
 void runCommand(const std::string& command, const Options& o) {
   // Fail on an unusable output directory, or on any output path that cannot be written (e.g. an
   // existing directory of that name), before spending time on the image and before the first
   // file of the set is written.
   prepareOutputDirectory(o.outputDir);
-  const std::string stem = o.image.stem().string();
-  const auto json = o.outputDir / (stem + "." + command + ".json");
-  const auto csv = o.outputDir / (stem + "." + command + ".csv");
-  // A run's maps: label map, colour map and (for a mode, not the reference) disagreement mask.
-  struct MapFiles {
-    std::filesystem::path labels, color, mask;
-  };
-  auto mapFiles = [&](const std::string& tag) {
-    const std::string base = (o.outputDir / (stem + "." + tag)).string();
-    return MapFiles{base + ".labels.png", base + ".color.png", base + ".mask.png"};
-  };
-  if (o.saveMaps) {
-    const MapFiles reference = mapFiles("reference");
-    for (const auto& path : {reference.labels, reference.color}) checkOutputFile(path);
-    for (Mode mode : o.modes) {
-      const MapFiles f = mapFiles(fileTag(mode));
-      for (const auto& path : {f.labels, f.color, f.mask}) checkOutputFile(path);
-    }
-  }
-  checkOutputFile(json);
-  checkOutputFile(csv);
+  const OutputFiles files = outputFiles(o.outputDir, o.image.stem().string(), command, o.modes);
+  for (const auto& path : files.all(o.saveMaps)) checkOutputFile(path);
 
   // The engine starts while the image is decoded and its features are built: for CUDA that is
   // the driver and the device's context, 0.2-0.4 s on the H200's host. (If decoding throws, the
@@ -154,35 +128,8 @@ void runCommand(const std::string& command, const Options& o) {
   if (live) std::fprintf(stderr, "\r%100s\r", "");
   printTableNotes(w, o.modes);
 
-  // Outputs: label map (exact ids), colour map and disagreement mask per mode, then reports.
-  const int k = o.workflow.kmeans.k;
-  const auto palette = makePalette(std::min(k, 65536), o.palette);
-  std::vector<std::filesystem::path> written;
-  // One task per file, on the machine's threads (each file is written atomically on its own).
-  std::vector<std::function<void()>> writes;
-  auto saveMaps = [&](const std::string& tag, const KMeansResult& r, const Comparison* c) {
-    const MapFiles f = mapFiles(tag);
-    const std::vector<std::int32_t>* labels = &r.labels;
-    writes.emplace_back([&, f, labels] {
-      writeLabelPng(f.labels, *labels, image.width, image.height, k, palette);
-    });
-    writes.emplace_back(
-        [&, f, labels] { writeColorPng(f.color, *labels, image.width, image.height, palette); });
-    written.push_back(f.labels);
-    written.push_back(f.color);
-    if (c) {
-      writes.emplace_back([&, f, c] { writeMaskPng(f.mask, c->mask, image.width, image.height); });
-      written.push_back(f.mask);
-    }
-  };
-  if (o.saveMaps) {
-    saveMaps("reference", w.reference, nullptr);
-    for (std::size_t i = 0; i < o.modes.size(); ++i)
-      saveMaps(fileTag(o.modes[i]), w.modes[i].result, &w.modes[i].comparison);
-    parallelFor(std::int64_t(writes.size()), hardwareThreads(),
-                [&](std::int64_t t) { writes[std::size_t(t)](); });
-  }
-
+  // Outputs: label map (exact ids), colour map and disagreement mask per run, then reports.
+  const auto palette = makePalette(std::min(o.workflow.kmeans.k, 65536), o.palette);
   Report report;
   report.command = command;
   report.image = o.image.string();
@@ -197,15 +144,15 @@ void runCommand(const std::string& command, const Options& o) {
   report.backendNote = choice.note;
   report.decodeSeconds = decodeSeconds;
   report.featureSeconds = featureSeconds;
-  report.wallSeconds = secondsSince(start);
   report.runs.push_back({&w.reference, nullptr, true});
   for (const auto& m : w.modes) report.runs.push_back({&m.result, &m.comparison, false});
-  writeFileAtomic(json, reportJson(report));
-  writeFileAtomic(csv, reportCsv(report));
-  written.push_back(json);
-  written.push_back(csv);
-  std::printf("wrote %zu files to %s (report: %s)\n", written.size(), o.outputDir.string().c_str(),
-              json.filename().string().c_str());
+  // The maps on every core, then the reports, whose wall time includes the maps.
+  if (o.saveMaps) writeMaps(files, report, palette, hardwareThreads());
+  report.wallSeconds = secondsSince(start);
+  writeFileAtomic(files.json, reportJson(report));
+  writeFileAtomic(files.csv, reportCsv(report));
+  std::printf("wrote %zu files to %s (report: %s)\n", files.all(o.saveMaps).size(),
+              o.outputDir.string().c_str(), files.json.filename().string().c_str());
 }
 
 }  // namespace kmseg::cli

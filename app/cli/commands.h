@@ -38,7 +38,4 @@ inline double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// A mode name made safe for file names: "fp16>fp32" -> "fp16-fp32".
-std::string fileTag(Mode mode);
-
 }  // namespace kmseg::cli

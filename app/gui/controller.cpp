@@ -15,6 +15,7 @@
 #include "kmseg/error.h"
 #include "kmseg/features.h"
 #include "kmseg/image_io.h"
+#include "kmseg/parallel.h"
 #include "kmseg/report.h"
 
 #if defined(KMSEG_HAVE_CUDA)
@@ -259,6 +260,27 @@ Report makeReport(const RunOutcome& o) {
   return r;
 }
 
+/// What exportAll() writes for `o`: its complete rows.
+OutputFiles exportFiles(const RunOutcome& o, const std::filesystem::path& dir) {
+  const std::vector<Mode> done(o.modes.begin(), o.modes.begin() + (o.readyRows() - 1));
+  return outputFiles(dir, toPath(o.image->path).stem().string(), o.allModes ? "compare" : "segment",
+                     done);
+}
+
+UserError exportError(std::exception_ptr error, const QString& dir) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::bad_alloc&) {
+    return outOfMemory();
+  } catch (const kmseg::IoError& e) {
+    return {Controller::tr("Cannot export to %1").arg(dir), QString::fromUtf8(e.what()),
+            Controller::tr("Choose a folder you can write to, where no folder has the name of a "
+                           "file to write, then export again.")};
+  } catch (const std::exception& e) {
+    return {Controller::tr("Cannot export to %1").arg(dir), QString::fromUtf8(e.what()), QString()};
+  }
+}
+
 }  // namespace
 
 const KMeansResult& RunOutcome::result(int row) const {
@@ -434,6 +456,57 @@ void Controller::probeBackend(Backend backend, int threads) {
     emit backendChanged(info.description, info.note);
   });
   watcher->setFuture(QtConcurrent::run(&ioPool_, probeJob, backend, threads));
+}
+
+QStringList Controller::exportAllFiles(const QString& dir) const {
+  QStringList paths;
+  if (!outcome_ || outcome_->readyRows() == 0) return paths;
+  for (const auto& p : exportFiles(*outcome_, toPath(dir)).all())
+    paths << QFile::decodeName(QByteArray::fromStdString(p.string()));
+  return paths;
+}
+
+bool Controller::exportAll(const QString& dir) {
+  try {
+    if (exportingAll_)
+      throw InvalidArgument("an export is still being written: wait for it to finish");
+    if (!outcome_ || outcome_->readyRows() == 0)
+      throw InvalidArgument("there is no result to export yet: run a segmentation first");
+    const std::filesystem::path d = toPath(dir);
+    prepareOutputDirectory(d);
+    OutputFiles files = exportFiles(*outcome_, d);
+    for (const auto& p : files.all()) checkOutputFile(p);
+    exportingAll_ = true;
+    std::shared_ptr<const RunOutcome> o = outcome_;
+    auto* watcher = new QFutureWatcher<std::exception_ptr>(this);
+    const int count = int(files.all().size());
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, dir, count] {
+      watcher->deleteLater();
+      exportingAll_ = false;
+      if (const std::exception_ptr error = watcher->result()) {
+        const UserError e = exportError(error, dir);
+        emit errorOccurred(e.title, e.text, e.advice);
+      } else {
+        emit exportedAll(dir, count);
+      }
+    });
+    watcher->setFuture(QtConcurrent::run(&ioPool_, [o, files = std::move(files)] {
+      try {
+        const Report report = makeReport(*o);
+        writeMaps(files, report, o->palette, hardwareThreads());
+        writeFileAtomic(files.json, reportJson(report));
+        writeFileAtomic(files.csv, reportCsv(report));
+        return std::exception_ptr();
+      } catch (...) {
+        return std::current_exception();
+      }
+    }));
+    return true;
+  } catch (...) {
+    const UserError e = exportError(std::current_exception(), dir);
+    emit errorOccurred(e.title, e.text, e.advice);
+    return false;
+  }
 }
 
 bool Controller::exportFile(ExportKind kind, const QString& path, int row) {

@@ -143,6 +143,17 @@ class Controller : public QObject {
   /// Writes `kind` for table row `row` of the current result to `path` through the core's
   /// atomic writers. Returns false and emits errorOccurred() on failure.
   bool exportFile(ExportKind kind, const QString& path, int row);
+  /// The files exportAll(`dir`) writes for the current result, as `kmseg compare` (or `kmseg
+  /// segment`) names them after the photo: every complete run's label map, colour map and
+  /// disagreement mask, then the JSON and CSV report. Empty when there is no result.
+  QStringList exportAllFiles(const QString& dir) const;
+  /// Writes exportAllFiles(`dir`) in the background, each file atomically, replacing files of
+  /// those names; creates `dir` when needed. Returns false, with errorOccurred(), when there is
+  /// no result, an export is still going, or `dir` or a file in it cannot be written (checked
+  /// before the first file is written). Ends with exportedAll() or errorOccurred().
+  bool exportAll(const QString& dir);
+  /// True while exportAll() writes.
+  bool isExportingAll() const { return exportingAll_; }
 
  signals:
   /// image() now holds `path`.
@@ -165,6 +176,8 @@ class Controller : public QObject {
   void busyChanged(bool busy);
   /// The engine a run uses (or would use): its description and why Auto fell back, if it did.
   void backendChanged(const QString& description, const QString& note);
+  /// exportAll() wrote `files` files into `dir`.
+  void exportedAll(const QString& dir, int files);
   /// Something failed: what happened and what the user can do about it.
   void errorOccurred(const QString& title, const QString& text, const QString& advice);
 
@@ -180,6 +193,7 @@ class Controller : public QObject {
   int loadGeneration_ = 0;
   int probeGeneration_ = 0;
   int loading_ = 0;
+  bool exportingAll_ = false;
   std::shared_ptr<const LoadedImage> image_;
   std::shared_ptr<const RunOutcome> outcome_;
   /// The features of the last run with a row complete, for the next run on image_ with the same

@@ -93,6 +93,9 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
   connect(controller_, &Controller::busyChanged, this, &MainWindow::onBusyChanged);
   connect(controller_, &Controller::backendChanged, this, &MainWindow::setBackendText);
   connect(controller_, &Controller::errorOccurred, this, &MainWindow::showError);
+  connect(controller_, &Controller::exportedAll, this, [this](const QString& dir, int files) {
+    progressLabel_->setText(tr("Wrote %n file(s) to %1", nullptr, files).arg(dir));
+  });
   connect(params_, &ParamsPanel::backendChanged, this, [this] {
     const GuiParams p = params_->params();
     controller_->probeBackend(p.backend, p.workflow.kmeans.threads);
@@ -220,6 +223,11 @@ void MainWindow::buildActions() {
   }
   exportActions_.append(
       exportMenu->addAction(tr("Current &view as shown…"), this, &MainWindow::exportViewDialog));
+  exportMenu->addSeparator();
+  auto* exportAll =
+      exportMenu->addAction(tr("&All results to a folder…"), this, &MainWindow::exportAllDialog);
+  exportAll->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E));
+  exportActions_.append(exportAll);
   file->addSeparator();
   auto* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
@@ -609,6 +617,33 @@ bool MainWindow::exportTo(Controller::ExportKind kind, const QString& path) {
   if (!controller_->exportFile(kind, path, row < 0 ? 0 : row)) return false;
   lastDir_ = QFileInfo(path).absolutePath();
   progressLabel_->setText(tr("Wrote %1").arg(path));
+  return true;
+}
+
+void MainWindow::exportAllDialog() {
+  const QString dir =
+      QFileDialog::getExistingDirectory(this, tr("Export all results to a folder"), lastDir_);
+  if (dir.isEmpty()) return;
+  QStringList existing;
+  for (const QString& path : controller_->exportAllFiles(dir))
+    if (QFileInfo::exists(path)) existing << QFileInfo(path).fileName();
+  if (!existing.isEmpty()) {
+    const auto answer = QMessageBox::question(
+        this, tr("Replace files?"),
+        tr("%n file(s) of this export exist in %1 already, e.g. %2. Replace them?", nullptr,
+           int(existing.size()))
+            .arg(dir, existing.front()),
+        QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+    if (answer != QMessageBox::Yes) return;
+  }
+  exportAllTo(dir);
+}
+
+bool MainWindow::exportAllTo(const QString& dir) {
+  const int files = int(controller_->exportAllFiles(dir).size());
+  if (!controller_->exportAll(dir)) return false;
+  lastDir_ = dir;
+  progressLabel_->setText(tr("Writing %n file(s) to %1…", nullptr, files).arg(dir));
   return true;
 }
 

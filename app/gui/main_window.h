@@ -61,6 +61,9 @@ class MainWindow : public QMainWindow {
   bool exportTo(Controller::ExportKind kind, const QString& path);
   /// Saves the image views as they are shown (atomically); false with a dialog on failure.
   bool exportViewTo(const QString& path);
+  /// Starts writing every file of the result into `dir` (Controller::exportAll), replacing
+  /// files of those names; false with a dialog when it cannot start.
+  bool exportAllTo(const QString& dir);
 
   /// The selected results row (0 = reference), -1 when there is none.
   int selectedRow() const;
@@ -104,6 +107,8 @@ class MainWindow : public QMainWindow {
   void openDialog();
   void exportDialog(Controller::ExportKind kind);
   void exportViewDialog();
+  /// Asks for a folder, and before replacing files there, for a yes.
+  void exportAllDialog();
   void showRow(int row);
   void forgetReferenceMaps();
   void showPixel(QPoint pixel);

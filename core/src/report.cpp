@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -15,6 +16,7 @@
 
 #include "kmseg/config.h"
 #include "kmseg/error.h"
+#include "kmseg/parallel.h"
 
 namespace kmseg {
 
@@ -246,6 +248,67 @@ std::string reportCsv(const Report& report) {
     out += kEol;
   }
   return out;
+}
+
+std::string fileTag(Mode mode) {
+  std::string s(modeName(mode));
+  for (char& c : s)
+    if (c == '>') c = '-';
+  return s;
+}
+
+std::vector<std::filesystem::path> OutputFiles::all(bool withMaps) const {
+  std::vector<std::filesystem::path> paths;
+  if (withMaps) {
+    for (const Maps& m : maps) {
+      paths.push_back(m.labels);
+      paths.push_back(m.color);
+      if (!m.mask.empty()) paths.push_back(m.mask);
+    }
+  }
+  paths.push_back(json);
+  paths.push_back(csv);
+  return paths;
+}
+
+OutputFiles outputFiles(const std::filesystem::path& dir, const std::string& stem,
+                        const std::string& command, const std::vector<Mode>& modes) {
+  OutputFiles f;
+  auto maps = [&](const std::string& tag, bool mask) {
+    const std::string base = (dir / (stem + "." + tag)).string();
+    return OutputFiles::Maps{
+        base + ".labels.png", base + ".color.png",
+        mask ? std::filesystem::path(base + ".mask.png") : std::filesystem::path()};
+  };
+  f.maps.push_back(maps("reference", false));
+  for (Mode mode : modes) f.maps.push_back(maps(fileTag(mode), true));
+  f.json = dir / (stem + "." + command + ".json");
+  f.csv = dir / (stem + "." + command + ".csv");
+  return f;
+}
+
+void writeMaps(const OutputFiles& files, const Report& report, const std::vector<Rgb8>& palette,
+               int threads) {
+  if (files.maps.size() != report.runs.size())
+    throw InvalidArgument("the output files name maps for " + std::to_string(files.maps.size()) +
+                          " runs, the report has " + std::to_string(report.runs.size()));
+  const int w = report.width, h = report.height, k = report.params.k;
+  // One task per file.
+  std::vector<std::function<void()>> writes;
+  for (std::size_t r = 0; r < report.runs.size(); ++r) {
+    const OutputFiles::Maps* f = &files.maps[r];
+    const ModeReport& run = report.runs[r];
+    if (!run.result) throw InvalidArgument("run " + std::to_string(r) + " has no result");
+    const std::vector<std::int32_t>* labels = &run.result->labels;
+    writes.emplace_back([&, f, labels] { writeLabelPng(f->labels, *labels, w, h, k, palette); });
+    writes.emplace_back([&, f, labels] { writeColorPng(f->color, *labels, w, h, palette); });
+    if (run.comparison && !f->mask.empty()) {
+      const std::vector<std::uint8_t>* mask = &run.comparison->mask;
+      writes.emplace_back([&, f, mask] { writeMaskPng(f->mask, *mask, w, h); });
+    }
+  }
+  parallelFor(std::int64_t(writes.size()), threads,
+              [&](std::int64_t t) { writes[std::size_t(t)](); });
 }
 
 }  // namespace kmseg

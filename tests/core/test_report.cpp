@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "kmseg/config.h"
 #include "kmseg/error.h"
 #include "kmseg/report.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -299,3 +301,66 @@ TEST(ReportTest, EmptyReportAndMissingResult) {
   EXPECT_THROW(kmseg::reportJson(report), kmseg::InvalidArgument);
   EXPECT_THROW(kmseg::reportCsv(report), kmseg::InvalidArgument);
 }
+
+namespace {
+
+// The files of a comparison are named as the command line names them, and writeMaps writes
+// each run's maps so that they read back.
+TEST(OutputFiles, NamesEveryRunsMapsAndTheReports) {
+  EXPECT_EQ(kmseg::fileTag(kmseg::Mode::Fp16Fp32), "fp16-fp32");
+  EXPECT_EQ(kmseg::fileTag(kmseg::Mode::Bf16), "bf16");
+  const std::filesystem::path dir = "out";
+  const kmseg::OutputFiles f =
+      kmseg::outputFiles(dir, "bee", "compare", {kmseg::Mode::Fp32, kmseg::Mode::Fp32Fp64});
+  ASSERT_EQ(f.maps.size(), 3u);
+  EXPECT_EQ(f.maps[0].labels, dir / "bee.reference.labels.png");
+  EXPECT_EQ(f.maps[0].color, dir / "bee.reference.color.png");
+  EXPECT_TRUE(f.maps[0].mask.empty());
+  EXPECT_EQ(f.maps[2].mask, dir / "bee.fp32-fp64.mask.png");
+  EXPECT_EQ(f.json, dir / "bee.compare.json");
+  EXPECT_EQ(f.csv, dir / "bee.compare.csv");
+  const auto all = f.all();
+  ASSERT_EQ(all.size(), 2u + 3u + 3u + 2u);
+  EXPECT_EQ(all.front(), f.maps[0].labels);
+  EXPECT_EQ(all[2], dir / "bee.fp32.labels.png");
+  EXPECT_EQ(all.back(), f.csv);
+  EXPECT_EQ(f.all(false), (std::vector<std::filesystem::path>{f.json, f.csv}));
+  EXPECT_EQ(kmseg::outputFiles(dir, "bee", "segment", {}).json, dir / "bee.segment.json");
+}
+
+TEST(OutputFiles, WriteMapsWritesEveryRunsMaps) {
+  Fixture fx;
+  fx.reference.labels.resize(200);
+  fx.mixed.labels.resize(200);
+  fx.comparison.mask.resize(200);
+  for (std::size_t i = 0; i < 200; ++i) {
+    fx.reference.labels[i] = std::int32_t(i % 3);
+    fx.mixed.labels[i] = std::int32_t((i / 7) % 3);
+    fx.comparison.mask[i] = std::uint8_t(i % 5 == 0);
+  }
+  const auto dir = kmseg::test::freshTempDir("output-files");
+  const kmseg::OutputFiles f = kmseg::outputFiles(dir, "a", "compare", {kmseg::Mode::Fp16Fp32});
+  const auto palette = kmseg::makePalette(3);
+  kmseg::writeMaps(f, fx.report, palette, 4);
+  EXPECT_EQ(kmseg::readLabelPng(f.maps[0].labels).labels, fx.reference.labels);
+  EXPECT_EQ(kmseg::readLabelPng(f.maps[1].labels).labels, fx.mixed.labels);
+  for (const auto& p : {f.maps[0].color, f.maps[1].color, f.maps[1].mask})
+    EXPECT_GT(std::filesystem::file_size(p), 0u) << p;
+  EXPECT_FALSE(std::filesystem::exists(dir / "a.reference.mask.png"));
+
+  // One set of maps per run, or nothing is written.
+  const kmseg::OutputFiles fewer = kmseg::outputFiles(dir / "fewer", "a", "compare", {});
+  EXPECT_THROW(kmseg::writeMaps(fewer, fx.report, palette, 4), kmseg::InvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(dir / "fewer"));
+  // A folder that is not there: the writer's error names the file.
+  const kmseg::OutputFiles missing =
+      kmseg::outputFiles(dir / "missing", "a", "compare", {kmseg::Mode::Fp16Fp32});
+  try {
+    kmseg::writeMaps(missing, fx.report, palette, 4);
+    FAIL() << "no error";
+  } catch (const kmseg::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

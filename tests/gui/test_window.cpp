@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -38,6 +39,7 @@
 #include "kmseg/error.h"
 #include "kmseg/export.h"
 #include "kmseg/features.h"
+#include "kmseg/report.h"
 #include "legend_widget.h"
 #include "main_window.h"
 #include "params_panel.h"
@@ -565,6 +567,9 @@ TEST_F(GuiWindow, CancelledComparisonKeepsItsCompleteRows) {
   const auto report = nlohmann::json::parse(in);
   ASSERT_EQ(report.at("runs").size(), 4u);
   EXPECT_EQ(report.at("runs").at(3).at("mode"), std::string(modeName(o->modes[2])));
+  // Exporting all writes the complete rows' files only.
+  const QStringList all = controller()->exportAllFiles(QString::fromStdString(dir.string()));
+  EXPECT_EQ(all.size(), 2 + 3 * 3 + 2);
   const QString labels = tempFile(dir, "pending.png");
   EXPECT_FALSE(controller()->exportFile(Controller::ExportKind::LabelMap, labels, 6));
   EXPECT_TRUE(window_->lastError().contains(QStringLiteral("has not finished yet")))
@@ -667,6 +672,72 @@ TEST_F(GuiWindow, FiftyRapidRunCancelCyclesNeitherCrashNorReplaceTheResult) {
   EXPECT_EQ(failed.count(), 0);
   ASSERT_TRUE(controller()->outcome());
   EXPECT_EQ(window_->resultsModel()->rowCount(), 2);
+}
+
+// "All results to a folder" writes what `kmseg compare` writes, with its names: every run's
+// label map, colour map and mask, and the two reports; in the background.
+TEST_F(GuiWindow, ExportsAllResultsToAFolderAsTheCommandLineNamesThem) {
+  const QString path = kmseg::test::smallPhoto("gui-export-all");
+  open(path);
+  EXPECT_TRUE(controller()->exportAllFiles(QStringLiteral("/tmp")).isEmpty());  // no result
+  runAndWait(fastParams(5, 8), true);
+  const auto o = controller()->outcome();
+  const auto dir = kmseg::test::freshTempDir("gui-export-all-out") / "new folder";
+  const QString qdir = QString::fromStdString(dir.string());
+  const QStringList files = controller()->exportAllFiles(qdir);
+  // The reference's two maps, three per mode, two reports.
+  ASSERT_EQ(files.size(), 2 + 9 * 3 + 2);
+  const std::string stem = std::filesystem::path(path.toStdString()).stem().string();
+  EXPECT_TRUE(
+      files.contains(QString::fromStdString((dir / (stem + ".reference.labels.png")).string())));
+  EXPECT_TRUE(
+      files.contains(QString::fromStdString((dir / (stem + ".fp16-fp32.mask.png")).string())));
+  EXPECT_TRUE(files.contains(QString::fromStdString((dir / (stem + ".compare.json")).string())));
+
+  QSignalSpy exported(controller(), &Controller::exportedAll);
+  ASSERT_TRUE(window_->exportAllTo(qdir)) << window_->lastError().toStdString();
+  EXPECT_TRUE(controller()->isExportingAll() || exported.count() == 1);
+  // A second export while the first writes is refused.
+  if (controller()->isExportingAll()) EXPECT_FALSE(controller()->exportAll(qdir));
+  ASSERT_TRUE(waitFor([&] { return exported.count() == 1; })) << window_->lastError().toStdString();
+  EXPECT_EQ(exported.at(0).at(1).toInt(), files.size());
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ++n;
+    EXPECT_TRUE(files.contains(QString::fromStdString(entry.path().string()))) << entry.path();
+  }
+  EXPECT_EQ(n, files.size());  // nothing else, no temporary file left
+  for (int row = 0; row < o->rowCount(); ++row) {
+    const std::string tag = row == 0 ? "reference" : fileTag(o->modes[std::size_t(row - 1)]);
+    const LabelImage back = readLabelPng(dir / (stem + "." + tag + ".labels.png"));
+    EXPECT_EQ(back.labels, o->result(row).labels) << tag;
+  }
+  std::ifstream in(dir / (stem + ".compare.json"));
+  const auto report = nlohmann::json::parse(in);
+  EXPECT_EQ(report.at("runs").size(), 10u);
+}
+
+// Exporting all is refused before any file is written when the folder cannot take the files:
+// the folder is a file, or a file's name is taken by a folder.
+TEST_F(GuiWindow, ExportAllChecksEveryFileFirst) {
+  const QString path = kmseg::test::smallPhoto("gui-export-all-bad");
+  open(path);
+  runAndWait(fastParams(4, 5), false);
+  const auto dir = kmseg::test::freshTempDir("gui-export-all-bad-out");
+  const auto notADir = dir / "plain-file";
+  std::ofstream(notADir) << "x";
+  EXPECT_FALSE(window_->exportAllTo(QString::fromStdString(notADir.string())));
+  EXPECT_TRUE(window_->lastError().contains(QStringLiteral("Cannot export to")))
+      << window_->lastError().toStdString();
+  for (auto* box : window_->findChildren<QMessageBox*>()) box->close();
+
+  const QStringList files = controller()->exportAllFiles(QString::fromStdString(dir.string()));
+  ASSERT_EQ(files.size(), 2 + 3 + 2);  // "Run": the reference and one mode
+  std::filesystem::create_directory(files.last().toStdString());  // the CSV's name
+  EXPECT_FALSE(window_->exportAllTo(QString::fromStdString(dir.string())));
+  for (const QString& f : files.mid(0, files.size() - 1))
+    EXPECT_FALSE(QFileInfo::exists(f)) << f.toStdString();
+  EXPECT_FALSE(controller()->isExportingAll());
 }
 
 TEST_F(GuiWindow, ExportsEveryFileAndTheyReadBack) {

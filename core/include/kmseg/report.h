@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kmseg/export.h"
 #include "kmseg/features.h"
 #include "kmseg/kmeans.h"
 #include "kmseg/metrics.h"
@@ -54,5 +55,36 @@ std::string reportJson(const Report& report);
 /// line. Fields are quoted where needed and records end in CRLF (RFC 4180); NaN and the
 /// reference's comparison fields are empty.
 std::string reportCsv(const Report& report);
+
+/// A mode's name made safe for file names: "fp16>fp32" -> "fp16-fp32".
+std::string fileTag(Mode mode);
+
+/// The files of a comparison in one folder, named after the photo's file name without its
+/// extension (STEM), as `kmseg compare` and `kmseg segment` write them.
+struct OutputFiles {
+  /// One run's maps: STEM.TAG.labels.png (exact ids), .color.png and .mask.png (the disagreement
+  /// mask; empty for the reference). TAG is "reference" or the mode's fileTag.
+  struct Maps {
+    std::filesystem::path labels, color, mask;
+  };
+  std::vector<Maps> maps;           ///< the reference, then each mode in order
+  std::filesystem::path json, csv;  ///< STEM.COMMAND.json and .csv
+
+  /// Every path: the maps (when `withMaps`) in run order, then the two reports.
+  std::vector<std::filesystem::path> all(bool withMaps = true) const;
+};
+
+/// The files in `dir` of the reference and `modes` of a `command` ("compare" or "segment") on
+/// the photo whose stem is `stem`.
+OutputFiles outputFiles(const std::filesystem::path& dir, const std::string& stem,
+                        const std::string& command, const std::vector<Mode>& modes);
+
+/// Writes the maps of `report`'s runs (report.width x report.height pixels, K =
+/// report.params.k) to `files.maps`: label map, colour map and, for a mode, its disagreement
+/// mask. Each file is written atomically; the files go side by side on up to `threads`
+/// threads. Throws InvalidArgument when `files` does not name one set of maps per run, and
+/// what the writers throw (the first error; files already written stay).
+void writeMaps(const OutputFiles& files, const Report& report, const std::vector<Rgb8>& palette,
+               int threads);
 
 }  // namespace kmseg
