@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "commands.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -8,6 +9,7 @@
 #include <iostream>
 #include <mutex>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "kmseg/error.h"
@@ -55,9 +57,44 @@ void printTableNotes(const WorkflowResult& w, const std::vector<Mode>& modes) {
                   normOverflowNote(modes[i], rows, w.modes[i].result.labels.size()).c_str());
 }
 
+// Set by the first SIGINT or SIGTERM while runCommand runs.
+std::atomic<bool> gInterrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+extern "C" void onInterrupt(int) {
+  gInterrupted.store(true);
+}
+
+/// Catches SIGINT and SIGTERM once each while it lives (SA_RESETHAND: a second signal takes the
+/// default action, so a process busy where no run checks the flag still ends), and restores
+/// the handlers it found.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    gInterrupted.store(false);
+    struct sigaction action {};
+    action.sa_handler = onInterrupt;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &action, &oldInt_);
+    sigaction(SIGTERM, &action, &oldTerm_);
+  }
+  ~InterruptGuard() {
+    sigaction(SIGINT, &oldInt_, nullptr);
+    sigaction(SIGTERM, &oldTerm_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct sigaction oldInt_ {};
+  struct sigaction oldTerm_ {};
+};
+
 }  // namespace
 
 void runCommand(const std::string& command, const Options& o) {
+  const InterruptGuard interrupts;
   // Fail on an unusable output directory, or on any output path that cannot be written (e.g. an
   // existing directory of that name), before spending time on the image and before the first
   // file of the set is written.
@@ -124,9 +161,11 @@ void runCommand(const std::string& command, const Options& o) {
   };
   const WorkflowResult w =
       runWorkflow(*choice.engine, features.rows, o.modes, workflowFor(o.workflow, image), progress,
-                  nullptr, features.lookup ? &*features.lookup : nullptr, nullptr, printRows);
+                  &gInterrupted, features.lookup ? &*features.lookup : nullptr, nullptr, printRows);
   if (live) std::fprintf(stderr, "\r%100s\r", "");
   printTableNotes(w, o.modes);
+  // An interrupt after the last run's last check: still nothing written.
+  if (gInterrupted.load()) throw Cancelled();
 
   // Outputs: label map (exact ids), colour map and disagreement mask per run, then reports.
   const auto palette = makePalette(std::min(o.workflow.kmeans.k, 65536), o.palette);

@@ -29,8 +29,11 @@ struct Options {
   bool quiet = false;    ///< no progress line on stderr
 };
 
-/// Runs the workflow for `command` ("segment" or "compare"), prints the table on stdout and
-/// writes the outputs. Throws kmseg::Error on failure.
+/// Runs the workflow for `command` ("segment" or "compare"), prints the table on stdout a row
+/// at a time as the runs complete, and writes the outputs. Throws kmseg::Error on failure. An
+/// interrupt (SIGINT, as Ctrl+C sends, or SIGTERM) stops the runs within one iteration and
+/// throws Cancelled before any output is written; a second one ends the process at once (the
+/// default action is restored after the first).
 void runCommand(const std::string& command, const Options& options);
 
 /// Wall-clock seconds since `t0` (steady clock).

@@ -246,6 +246,12 @@ int main(int argc, char** argv) {
       kmseg::cli::runCommand(isSegment ? "segment" : "compare", opts);
     else
       kmseg::cli::runBench(benchOpts);
+  } catch (const kmseg::Cancelled&) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "kmseg: interrupted: no file was written (the table has the runs that had "
+                 "completed)\n");
+    return 130;  // 128 + SIGINT, as shells report a process ended by Ctrl+C
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "kmseg: %s\n", e.what());

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The kmseg command line, run as a user runs it: exit codes 0/1/2, one clear line on stderr,
 // outputs that equal the library's results, and no partial output on failure.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -150,6 +154,64 @@ TEST(Cli, ComparePrintsTheTableInRunOrder) {
   const std::vector<std::string> want = {"coffee.png:", "mode",  "reference", "fp16",
                                          "bf16>fp32",   "note:", "wrote"};
   EXPECT_EQ(order, want) << r.out;
+}
+
+// Ctrl+C during the runs: they stop within an iteration, the rows printed stay, nothing is
+// written, one line says so, exit code 130. The signal is sent once the reference's row is out,
+// while the modes after it (uniform fp16 to its cap of 300 iterations) still run.
+TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
+  const char* exe = std::getenv("KMSEG_CLI");
+  ASSERT_TRUE(exe);
+  const fs::path out = test::freshTempDir("cli-interrupt") / "out";
+  const fs::path err = test::freshTempDir("cli-interrupt-err") / "err";
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const std::string outArg = out.string();
+  std::vector<std::string> args = {exe,       "compare",   "samples/coffee.png", "-k",  "8",
+                                   "--modes", "fp16,fp32", "--backend",          "cpu", "-o",
+                                   outArg};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, exe, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  FILE* stream = ::fdopen(fds[0], "r");
+  ASSERT_TRUE(stream);
+  std::vector<std::string> lines;
+  char buf[512];
+  bool signalled = false;
+  while (std::fgets(buf, sizeof buf, stream)) {
+    lines.emplace_back(buf);
+    if (!signalled && lines.back().rfind("reference ", 0) == 0) {
+      ASSERT_EQ(::kill(pid, SIGINT), 0);
+      signalled = true;
+    }
+  }
+  std::fclose(stream);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(signalled);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const std::string e = readAll(err);
+  EXPECT_NE(e.find("kmseg: interrupted: no file was written"), std::string::npos) << e;
+  // The reference's row was printed; fp16's run stopped before its row (it runs to its cap),
+  // and the run after it never started; no "wrote" line.
+  for (const std::string& line : lines)
+    for (const char* start : {"fp16 ", "fp32 ", "wrote "})
+      EXPECT_NE(line.rfind(start, 0), 0u) << line;
+  // The output folder was made (checked before the runs) but holds nothing, not even a
+  // temporary file.
+  EXPECT_TRUE(fs::is_directory(out));
+  EXPECT_TRUE(fs::is_empty(out));
 }
 
 // One pixel unlike the 25 599 others: under z-score normalisation its colour columns reach
