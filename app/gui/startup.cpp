@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "commands.h"
+#include "kmseg/error.h"
 
 namespace kmseg::gui {
 
@@ -102,6 +103,10 @@ int runHeadlessCompare(const QString& image) {
   o.workflow.kmeans.k = 8;
   try {
     cli::runCommand("compare", o);
+  } catch (const Cancelled&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "kmseg-gui: interrupted: no file was written\n");
+    return 130;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "kmseg-gui: %s\n", e.what());

@@ -38,7 +38,8 @@ inline constexpr const char* kDefaultSample = "samples/coffee.png";
 
 /// The fallback without a display: prints "kmseg-gui: no display; running 'kmseg compare' on
 /// IMAGE instead" and runs `kmseg compare IMAGE -k 8` (outputs in kmseg-out/). Returns the exit
-/// code: 0, or 1 after one error line on stderr.
+/// code: 0, 1 after one error line on stderr, or 130 when interrupted (Ctrl+C) before the files
+/// were written.
 int runHeadlessCompare(const QString& image);
 
 }  // namespace kmseg::gui
