@@ -67,7 +67,8 @@ extern "C" void onInterrupt(int) {
 
 /// Catches SIGINT and SIGTERM once each while it lives (SA_RESETHAND: a second signal takes the
 /// default action, so a process busy where no run checks the flag still ends), and restores
-/// the handlers it found.
+/// the handlers it found. SA_RESTART: a read or write the signal meets goes on, rather than
+/// failing with EINTR (decoding a photo would then report it truncated).
 class InterruptGuard {
  public:
   InterruptGuard() {
@@ -75,7 +76,7 @@ class InterruptGuard {
     struct sigaction action {};
     action.sa_handler = onInterrupt;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESETHAND;
+    action.sa_flags = SA_RESETHAND | SA_RESTART;
     sigaction(SIGINT, &action, &oldInt_);
     sigaction(SIGTERM, &action, &oldTerm_);
   }
