@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // kmseg: k-means image segmentation at a chosen floating-point precision, from the command line.
-// Exit codes: 0 success, 1 runtime error, 2 usage error; one line on stderr for either error.
+// Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted (segment, compare); one
+// line on stderr for each.
 
 #include <CLI/CLI.hpp>
 
@@ -184,6 +185,10 @@ int main(int argc, char** argv) {
       "Run every precision mode from the same initial centres, print the table "
       "(iterations, stop, time, SSE, Diff %, ARI, AMI, fallback %) and write the report");
   addCommonOptions(*compare, cmpOpts, cmpRaw);
+  for (auto* command : {segment, compare})
+    command->footer(
+        "The table prints a row as each run completes. Ctrl+C stops the runs within one "
+        "iteration and writes no file (exit code 130).");
   compare->add_option("--modes", cmpRaw.modes, "Modes to run (default: all nine)")->delimiter(',');
   // Not a compare option: caught only to point at --modes (hidden from the help).
   compare->add_option("-m,--mode", cmpRaw.mode)->group("");

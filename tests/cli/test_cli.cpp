@@ -87,6 +87,9 @@ TEST(Cli, HelpExplainsTheCommands) {
         "--color-space", "--normalization", "--spatial-weight", "--backend", "--output-dir",
         "--max-pixels", "--threads"})
     EXPECT_NE(s.out.find(opt), std::string::npos) << opt;
+  // What an interrupt does, where the commands that take one are explained.
+  for (const CliRun& help : {s, kmseg("compare --help")})
+    EXPECT_NE(help.out.find("Ctrl+C stops the runs"), std::string::npos) << help.out;
 }
 
 TEST(Cli, SegmentWritesWhatTheLibraryComputes) {
