@@ -475,11 +475,12 @@ bool Controller::exportAll(const QString& dir) {
     const std::filesystem::path d = toPath(dir);
     prepareOutputDirectory(d);
     OutputFiles files = exportFiles(*outcome_, d);
-    for (const auto& p : files.all()) checkOutputFile(p);
+    const auto paths = files.all();
+    for (const auto& p : paths) checkOutputFile(p);
     exportingAll_ = true;
     std::shared_ptr<const RunOutcome> o = outcome_;
     auto* watcher = new QFutureWatcher<std::exception_ptr>(this);
-    const int count = int(files.all().size());
+    const int count = int(paths.size());
     connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, dir, count] {
       watcher->deleteLater();
       exportingAll_ = false;

@@ -81,7 +81,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
   connect(controller_, &Controller::imageLoaded, this, &MainWindow::onImageLoaded);
   connect(controller_, &Controller::progressed, this, &MainWindow::onProgress);
   connect(controller_, &Controller::runStarted, this, [this] { userPicked_ = false; });
-  connect(controller_, &Controller::rowsReady, this, &MainWindow::onRowsReady);
+  connect(controller_, &Controller::rowsReady, this, &MainWindow::showOutcome);
   connect(controller_, &Controller::runFinished, this, &MainWindow::onRunFinished);
   connect(controller_, &Controller::runCancelled, this, [this] {
     if (!controller_->isBusy())
@@ -395,11 +395,7 @@ void MainWindow::showOutcome() {
   int target = outcome->rowOf(outcome->params.mode);
   if (target < 0) target = outcome->rowCount() > 1 ? 1 : 0;
   if (!outcome->isReady(target)) target = 0;
-  if (target >= 0 && target != selectedRow()) selectRow(target);
-}
-
-void MainWindow::onRowsReady() {
-  showOutcome();
+  if (target != selectedRow()) selectRow(target);
 }
 
 void MainWindow::onRunFinished() {

@@ -118,9 +118,9 @@ class MainWindow : public QMainWindow {
   void setBackendText(const QString& description, const QString& note);
   void onImageLoaded(const QString& path);
   void onProgress(const RunProgress& progress);
-  void onRowsReady();
   void onRunFinished();
-  /// Shows the controller's outcome in the table and the charts, and selects its row to show.
+  /// Shows the controller's outcome in the table and the charts, and selects its row to show
+  /// (each row as it completes, and at the end).
   void showOutcome();
   void onBusyChanged(bool busy);
   QString suggestedName(const QString& suffix, bool withMode = true) const;

@@ -13,7 +13,9 @@ ResultsModel::ResultsModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 namespace {
 
-/// `later` is `earlier` with more rows complete: the same run, and its rows unchanged.
+/// `later` is `earlier` with more rows complete: the same photo, modes and parameters, and the
+/// rows of `earlier` unchanged (the same shared rows; a new run that took the same reference
+/// counts too, its rows being the same).
 bool grows(const RunOutcome& earlier, const RunOutcome& later) {
   if (earlier.image != later.image || earlier.modes != later.modes ||
       earlier.params.workflow != later.params.workflow || earlier.engine != later.engine ||
