@@ -173,8 +173,19 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
     };
     WorkflowRunsDone runsDone;
     runsDone.reference = [&](const KMeansResult& r) {
+      // Counted here rather than where the legend shows them: a pass over every pixel.
+      std::shared_ptr<const std::vector<std::int64_t>> sizes;
+      if (reuse) {
+        sizes = previous->referenceSizes;
+      } else {
+        auto counted =
+            std::make_shared<std::vector<std::int64_t>>(std::size_t(params.workflow.kmeans.k), 0);
+        for (const std::int32_t label : r.labels) ++(*counted)[std::size_t(label)];
+        sizes = std::move(counted);
+      }
       addRow([&](RunOutcome& o) {
         o.reference = reuse ? previous->reference : std::make_shared<const KMeansResult>(r);
+        o.referenceSizes = sizes;
       });
     };
     runsDone.mode = [&](std::size_t, ModeOutcome& m) {

@@ -54,6 +54,8 @@ struct RunOutcome {
   /// The reference was the run before's (WorkflowResult::referenceGiven), not run again.
   bool referenceGiven = false;
   std::shared_ptr<const KMeansResult> reference;  ///< fp64 with fp64 working precision
+  /// The reference's cluster sizes (pixels per label), counted with it on the run's thread.
+  std::shared_ptr<const std::vector<std::int64_t>> referenceSizes;
   /// The modes complete so far: finished[i] is modes[i]'s run and comparison.
   std::vector<std::shared_ptr<const ModeOutcome>> finished;
   std::shared_ptr<const PreparedFeatures> features;  ///< the features the runs took

@@ -448,7 +448,6 @@ void MainWindow::forgetReferenceMaps() {
   referenceOf_.reset();
   referencePalette_.clear();
   referenceLabels_ = referenceBoundaries_ = QImage();
-  referenceSizes_.clear();
 }
 
 void MainWindow::showRow(int row) {
@@ -474,12 +473,10 @@ void MainWindow::showRow(int row) {
   const Comparison* c = o->comparison(row);
   const KMeansResult& ref = *o->reference;
   // Each map is rendered on every core (a pass over every pixel), the reference's once per
-  // reference and palette.
+  // reference and palette; its cluster sizes came with it (RunOutcome::referenceSizes).
   if (referenceOf_ != o->reference || referencePalette_ != o->palette) {
     referenceLabels_ = renderLabels(ref.labels, w, h, o->palette);
     referenceBoundaries_ = renderBoundaries(ref.labels, w, h, kBoundaryColour);
-    referenceSizes_.assign(std::size_t(o->params.workflow.kmeans.k), 0);
-    for (const std::int32_t label : ref.labels) ++referenceSizes_[std::size_t(label)];
     referenceOf_ = o->reference;
     referencePalette_ = o->palette;
   }
@@ -490,7 +487,8 @@ void MainWindow::showRow(int row) {
   const QImage boundaries = renderBoundaries(r.labels, w, h, kBoundaryColour);
   views_->setResult(tr("%1 labels (colours matched to fp64)").arg(o->rowName(row)), modeLabels,
                     referenceLabels_, mask, boundaries, referenceBoundaries_);
-  legend_->setClusters(o->palette, referenceSizes_,
+  legend_->setClusters(o->palette,
+                       o->referenceSizes ? *o->referenceSizes : std::vector<std::int64_t>{},
                        c ? c->clusterDiffPercent : std::vector<double>{});
 }
 

@@ -162,12 +162,11 @@ class MainWindow : public QMainWindow {
   /// move the selection.
   bool userPicked_ = false;
   bool selecting_ = false;  ///< selectRow() is moving the selection
-  /// The reference's maps and cluster sizes, rendered once per reference and palette
+  /// The reference's maps, rendered once per reference and palette
   /// (showRow); forgetReferenceMaps() drops them.
   std::shared_ptr<const KMeansResult> referenceOf_;
   std::vector<Rgb8> referencePalette_;
   QImage referenceLabels_, referenceBoundaries_;
-  std::vector<std::int64_t> referenceSizes_;
   bool firstShow_ = true;
   bool stateRestored_ = false;
 };

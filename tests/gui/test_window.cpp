@@ -602,6 +602,16 @@ TEST_F(GuiWindow, AReusedReferenceIsDrawnInTheNewRunsColours) {
   ASSERT_NE(want, renderLabels(o->reference->labels, 60, 40, first->palette));
   EXPECT_EQ(window_->views()->view(ImageViews::Reference)->image(), want);
   EXPECT_EQ(window_->views()->view(ImageViews::ModeLabels)->image(), want);
+  // The legend keeps the reference's cluster sizes: the run's counts, taken with the reference.
+  std::vector<std::int64_t> sizes(5, 0);
+  for (const std::int32_t label : o->reference->labels) ++sizes[std::size_t(label)];
+  ASSERT_TRUE(o->referenceSizes);
+  EXPECT_EQ(*o->referenceSizes, sizes);
+  EXPECT_EQ(o->referenceSizes, first->referenceSizes);
+  LegendWidget* legend = window_->legend();
+  ASSERT_EQ(legend->rowCount(), 5);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(legend->item(i, 1)->data(Qt::UserRole).toDouble(), double(sizes[std::size_t(i)]));
 }
 
 TEST_F(GuiWindow, CancelMidRunKeepsTheResultShown) {
