@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "gui_test_util.h"
 
 namespace {
@@ -54,6 +56,51 @@ TEST(Launch, WithoutADisplayRunsTheHeadlessCompare) {
   const QByteArray err = p.readAllStandardError();
   EXPECT_TRUE(err.contains("samples/coffee.png") && err.contains("pass an IMAGE"))
       << err.toStdString();
+}
+
+// Ctrl+C in the headless fallback: the runs stop, nothing is written, one line says so, exit
+// code 130 (as `kmseg compare`). The signal goes once the reference's row is out, while the nine
+// modes after it still run on the CPU.
+TEST(Launch, AnInterruptStopsTheHeadlessCompareAndWritesNothing) {
+  ASSERT_TRUE(QFileInfo(guiBinary()).isExecutable()) << guiBinary().toStdString();
+  const QString image =
+      QFileInfo(QString::fromStdString(kmseg::test::sourcePath("samples/coffee.png").string()))
+          .absoluteFilePath();
+  const auto work = kmseg::test::freshTempDir("gui-headless-interrupt");
+  QProcess p;
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  for (const char* name : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"})
+    env.remove(QString::fromLatin1(name));
+  // On the CPU even where a GPU answers, whose runs could end before the signal arrives.
+  env.insert(QStringLiteral("CUDA_VISIBLE_DEVICES"), QString());
+  p.setProcessEnvironment(env);
+  p.setWorkingDirectory(QString::fromStdString(work.string()));
+  p.start(guiBinary(), {image});
+  ASSERT_TRUE(p.waitForStarted(60000));
+  QByteArray out;
+  bool signalled = false;
+  while (!signalled && p.state() == QProcess::Running) {
+    p.waitForReadyRead(1000);
+    out += p.readAllStandardOutput();
+    if (out.contains("\nreference ")) {
+      ASSERT_EQ(::kill(pid_t(p.processId()), SIGINT), 0);
+      signalled = true;
+    }
+  }
+  ASSERT_TRUE(signalled) << out.toStdString();
+  ASSERT_TRUE(p.waitForFinished(120000));
+  out += p.readAllStandardOutput();
+  EXPECT_EQ(p.exitStatus(), QProcess::NormalExit);
+  EXPECT_EQ(p.exitCode(), 130);
+  const QByteArray err = p.readAllStandardError();
+  EXPECT_TRUE(err.contains("kmseg-gui: interrupted: no file was written")) << err.toStdString();
+  EXPECT_FALSE(out.contains("\nwrote ")) << out.toStdString();
+  // The output folder holds nothing, not even a temporary file.
+  const QDir outDir(QString::fromStdString((work / "kmseg-out").string()));
+  EXPECT_TRUE(outDir.isEmpty(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden))
+      << outDir.entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden)
+             .join(u' ')
+             .toStdString();
 }
 
 TEST(Launch, ScreenshotRendersTheWindowAfterARun) {
