@@ -231,11 +231,19 @@ std::string tgaTruncation(const Bytes& d, const ImageInfo& info) {
 
 // Binary PGM (P5) and PPM (P6): the header is parsed as stb_image parses it (whitespace and
 // comments between the fields, one byte after the maximum value), then come width * height *
-// channels samples of 1 byte, or 2 when the maximum value is over 255. stb_image does not read
-// the text formats P1-P3.
-std::string pnmTruncation(const Bytes& d, const ImageInfo& info) {
+// channels samples of 1 byte, or 2 (big-endian) when the maximum value is over 255. stb_image
+// does not read the text formats P1-P3.
+struct PnmLayout {
+  bool complete = false;  ///< the header's last byte is in the file and ends the maximum value
+  std::size_t dataOffset = 0;
+  std::uint64_t maxValue = 0;
+  int channels = 1;
+};
+
+PnmLayout pnmLayout(const Bytes& d) {
   const std::size_t n = d.size();
-  const std::string name = d.size() >= 2 && d[1] == '6' ? "PPM" : "PGM";
+  PnmLayout layout;
+  layout.channels = d.size() >= 2 && d[1] == '6' ? 3 : 1;
   std::size_t pos = 2;
   bool pastEnd = false;
   const auto next = [&]() -> char {
@@ -255,22 +263,29 @@ std::string pnmTruncation(const Bytes& d, const ImageInfo& info) {
       while (pos < n && c != '\n' && c != '\r') c = next();
     }
   };
-  std::uint64_t maxValue = 0;
   for (int field = 0; field < 3; ++field) {
     skipSpace();
-    maxValue = 0;
+    layout.maxValue = 0;
     while (pos < n && isDigit(c)) {
-      maxValue = std::min<std::uint64_t>(maxValue * 10 + (c - '0'), 1u << 30);
+      layout.maxValue = std::min<std::uint64_t>(layout.maxValue * 10 + (c - '0'), 1u << 30);
       c = next();
     }
   }
-  // The byte after the maximum value must be in the file and must end the number.
-  if (pastEnd || !isSpace(c)) return "its " + name + " header is incomplete";
-  const std::uint64_t channels = name == "PPM" ? 3 : 1;
-  const std::uint64_t sampleBytes = maxValue > 255 ? 2 : 1;
-  const std::uint64_t need =
-      pos + std::uint64_t(info.width) * std::uint64_t(info.height) * channels * sampleBytes;
-  if (n >= need) return {};
+  layout.complete = !pastEnd && isSpace(c);
+  layout.dataOffset = pos;
+  return layout;
+}
+
+std::string pnmTruncation(const Bytes& d, const ImageInfo& info) {
+  const PnmLayout layout = pnmLayout(d);
+  const std::string name = layout.channels == 3 ? "PPM" : "PGM";
+  if (!layout.complete) return "its " + name + " header is incomplete";
+  const std::uint64_t channels = std::uint64_t(layout.channels);
+  const std::uint64_t sampleBytes = layout.maxValue > 255 ? 2 : 1;
+  const std::uint64_t need = layout.dataOffset + std::uint64_t(info.width) *
+                                                     std::uint64_t(info.height) * channels *
+                                                     sampleBytes;
+  if (d.size() >= need) return {};
   return "its " + name + " header declares " + pixelSize(info) + " of " +
          (channels == 3 ? "3 samples" : "1 sample") + " at " + std::to_string(8 * sampleBytes) +
          " bits" + needs(need);
@@ -561,6 +576,23 @@ std::vector<T> decode(const Bytes& d, const ImageInfo& info, const fs::path& pat
   return std::vector<T>(pixels.get(), pixels.get() + count);
 }
 
+// A 16-bit PGM or PPM (complete: see pnmTruncation) as RGB samples. Read here, not by stb_image:
+// its PNM loader (the Debian 12 version) copies the big-endian samples unswapped, and converts
+// a PGM's single channel with its 8-bit routine.
+std::vector<std::uint16_t> decodePnm16(const Bytes& d, const ImageInfo& info) {
+  const PnmLayout layout = pnmLayout(d);
+  const std::size_t n = std::size_t(info.width) * std::size_t(info.height);
+  const std::size_t step = std::size_t(layout.channels);
+  std::vector<std::uint16_t> rgb(n * 3);
+  const unsigned char* src = d.data() + layout.dataOffset;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t c = 0; c < 3; ++c) {
+      const unsigned char* s = src + 2 * (i * step + (step == 3 ? c : 0));
+      rgb[i * 3 + c] = std::uint16_t(s[0] << 8 | s[1]);
+    }
+  return rgb;
+}
+
 }  // namespace
 
 ImageInfo probeImage(const fs::path& path) {
@@ -602,7 +634,9 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
   image.width = info.width;
   image.height = info.height;
   image.bitDepth = info.bitDepth;
-  if (info.bitDepth == 16)
+  if (info.bitDepth == 16 && info.format == "pnm")
+    image.rgb16 = decodePnm16(bytes, info);
+  else if (info.bitDepth == 16)
     image.rgb16 = decode<std::uint16_t>(bytes, info, path);
   else
     image.rgb8 = decode<std::uint8_t>(bytes, info, path);

@@ -132,7 +132,7 @@ std::vector<char> tgaBytes(int width, int height, bool rle) {
 }
 
 // A binary PGM (`channels` 1) or PPM (3) with maxval 255 or 65535 (16-bit big-endian samples).
-std::vector<char> pnmBytes(int width, int height, int channels, int maxval) {
+std::vector<char> pnmBytes(int width, int height, int channels, int maxval, int low = -1) {
   const std::string header = std::string(channels == 1 ? "P5" : "P6") + "\n# kmseg test\n" +
                              std::to_string(width) + " " + std::to_string(height) + "\n" +
                              std::to_string(maxval) + "\n";
@@ -141,8 +141,9 @@ std::vector<char> pnmBytes(int width, int height, int channels, int maxval) {
     for (int x = 0; x < width; ++x)
       for (int c = 0; c < channels; ++c) {
         const int v = patternSample(x, y, c);
-        if (maxval > 255) bytes.push_back(char(v));  // high byte: v * 257 is v, v
-        bytes.push_back(char(v));
+        // 16 bits big-endian: v * 257 (bytes v, v), or v * 256 + low.
+        if (maxval > 255) bytes.push_back(char(v));
+        bytes.push_back(char(maxval > 255 && low >= 0 ? low : v));
       }
   return bytes;
 }
@@ -640,10 +641,22 @@ TEST(ImageIo, LoadsBmpTgaPnmAndGifWithKnownPixels) {
     EXPECT_EQ(hdr.height, h);
   }
 
-  const Image pgm16 = kmseg::loadImage(writeBytes(dir / "a16.pgm", pnmBytes(w, h, 1, 65535)));
-  ASSERT_EQ(pgm16.bitDepth, 16);
-  ASSERT_EQ(pgm16.width, w);
-  EXPECT_EQ(pgm16.sample(5, 0), patternSample(5, 0, 0) * 257);
+  // 16-bit PNM, grey and RGB: every sample, whose two bytes differ (a grey PGM's samples were
+  // once read from a buffer of half their size).
+  for (const int channels : {1, 3}) {
+    const Image pnm16 = kmseg::loadImage(writeBytes(dir / (channels == 1 ? "a16.pgm" : "a16.ppm"),
+                                                    pnmBytes(w, h, channels, 65535, 0x5a)));
+    ASSERT_EQ(pnm16.bitDepth, 16);
+    ASSERT_EQ(pnm16.width, w);
+    ASSERT_EQ(pnm16.height, h);
+    ASSERT_EQ(pnm16.rgb16.size(), std::size_t(w) * h * 3);
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int c = 0; c < 3; ++c)
+          ASSERT_EQ(pnm16.sample(std::size_t(y) * w + x, c),
+                    double(patternSample(x, y, channels == 1 ? 0 : c) * 256 + 0x5a))
+              << channels << " channels, " << x << "," << y << "," << c;
+  }
 
   // Bytes after the image data are allowed, as for JPEG.
   std::vector<char> bytes = pnmBytes(w, h, 3, 255);
