@@ -260,6 +260,10 @@ ImageViews::ImageViews(QWidget* parent) : QWidget(parent) {
   views_[ModeLabels]->setPlaceholder(tr("Run (F5) or Compare all modes (F6)."));
 }
 
+ImageViews::~ImageViews() {
+  for (ImageView* v : views_) v->disconnect(this);
+}
+
 void ImageViews::setOriginal(const QImage& image) {
   views_[Original]->setImage(image);
   clearResult();

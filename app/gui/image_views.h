@@ -112,6 +112,9 @@ class ImageViews : public QWidget {
 
   /// Four empty views, linked.
   explicit ImageViews(QWidget* parent = nullptr);
+  /// Disconnects the views first: QWidget's destructor deletes them after this object's own
+  /// members are gone, and a view scrolled on the way out would call back into it.
+  ~ImageViews() override;
 
   /// View `index` (an Index).
   ImageView* view(int index) const { return views_[std::size_t(index)]; }
