@@ -134,6 +134,55 @@ Structure jpegStructure(const Bytes& d) {
   }
 }
 
+// A fault of a JPEG's Huffman tables that the decoder does not catch, or empty. stb_image (the
+// Debian 12 version) builds a table from its 16 code counts without checking that they total at
+// most 256, and writes past the table's arrays when they do not. Every DHT segment the decoder
+// may meet is checked: the walk follows its reading (a DHT or DQT segment is read table by table
+// while any of its declared bytes remain, so a malformed last table reads on past it; every other
+// segment is skipped by its length; then any bytes up to the next 0xFF, and in entropy-coded
+// data every FF xx but FF 00 and the restart markers is a marker). Where the decoder would stop
+// with an error, the walk goes on, so it checks at least the tables the decoder reads. Bytes past
+// the end read as 0, as the decoder reads them.
+std::string jpegHuffmanFault(const Bytes& d) {
+  const std::size_t n = d.size();
+  const auto at = [&](std::size_t i) -> unsigned { return i < n ? d[i] : 0u; };
+  std::size_t pos = 2;  // after SOI
+  for (;;) {
+    // The next marker: FF (fill bytes FF) then its code.
+    const void* ff = pos < n ? std::memchr(d.data() + pos, 0xFF, n - pos) : nullptr;
+    if (!ff) return {};
+    pos = std::size_t(static_cast<const unsigned char*>(ff) - d.data()) + 1;
+    while (pos < n && d[pos] == 0xFF) ++pos;
+    if (pos >= n) return {};
+    const unsigned marker = d[pos++];
+    if (marker == 0xD9) return {};  // EOI: the decoder stops
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) continue;
+    const std::size_t start = pos - 2;
+    const std::size_t end = pos + (at(pos) << 8 | at(pos + 1));
+    if (end < pos + 2) return {};  // a length under 2: the decoder refuses the segment
+    if (marker != 0xC4 && marker != 0xDB) {
+      pos = end;
+      continue;
+    }
+    std::size_t table = pos + 2;
+    while (table < end) {
+      const unsigned q = at(table);
+      if (q >> 4 > 1 || (q & 15) > 3) return {};  // the decoder refuses the table
+      if (marker == 0xDB) {
+        table += 1 + 64 * ((q >> 4) + 1);  // 8- or 16-bit quantisation values
+        continue;
+      }
+      std::size_t codes = 0;
+      for (std::size_t i = 1; i <= 16; ++i) codes += at(table + i);
+      if (codes > 256)
+        return "a Huffman table (DHT segment at byte " + std::to_string(start) + ") declares " +
+               std::to_string(codes) + " codes, more than the 256 a table holds";
+      table += 17 + codes;
+    }
+    pos = table;
+  }
+}
+
 // Walks a PNG's chunks up to a complete IEND chunk (length, type, data and CRC present).
 Structure pngStructure(const Bytes& d) {
   const std::uint64_t n = d.size();
@@ -236,6 +285,7 @@ std::string tgaTruncation(const Bytes& d, const ImageInfo& info) {
 struct PnmLayout {
   bool complete = false;  ///< the header's last byte is in the file and ends the maximum value
   std::size_t dataOffset = 0;
+  std::uint64_t fields[3] = {0, 0, 0};  ///< width, height, maximum value (at most 2^30)
   std::uint64_t maxValue = 0;
   int channels = 1;
 };
@@ -263,14 +313,14 @@ PnmLayout pnmLayout(const Bytes& d) {
       while (pos < n && c != '\n' && c != '\r') c = next();
     }
   };
-  for (int field = 0; field < 3; ++field) {
+  for (std::uint64_t& value : layout.fields) {
     skipSpace();
-    layout.maxValue = 0;
     while (pos < n && isDigit(c)) {
-      layout.maxValue = std::min<std::uint64_t>(layout.maxValue * 10 + (c - '0'), 1u << 30);
+      value = std::min<std::uint64_t>(value * 10 + std::uint64_t(c - '0'), 1u << 30);
       c = next();
     }
   }
+  layout.maxValue = layout.fields[2];
   layout.complete = !pastEnd && isSpace(c);
   layout.dataOffset = pos;
   return layout;
@@ -523,6 +573,23 @@ int exifOrientation(const Bytes& d) {
 ImageInfo readInfo(const Bytes& d, const fs::path& path) {
   const int length = static_cast<int>(d.size());
   ImageInfo info;
+  // Before stb_image's header reader, which reads a JPEG's tables up to the frame header, and a
+  // PNM's numbers into an int without a bound.
+  if (startsWith(d, "\xFF\xD8"))
+    if (const std::string fault = jpegHuffmanFault(d); !fault.empty())
+      throw IoError("cannot decode image file " + quoted(path) + ": corrupt JPEG: " + fault);
+  if (startsWith(d, "P5") || startsWith(d, "P6")) {
+    const PnmLayout pnm = pnmLayout(d);
+    const char* names[] = {"width", "height", "maximum value"};
+    const std::uint64_t limits[] = {kStbMaxSide, kStbMaxSide, 65535};
+    for (int i = 0; i < 3; ++i)
+      if (pnm.fields[i] > limits[i])
+        throw IoError(
+            "cannot decode image file " + quoted(path) + ": its " +
+            (pnm.channels == 3 ? "PPM" : "PGM") + " header's " + names[i] + " " +
+            (pnm.fields[i] >= (1u << 30) ? "is over 2^30" : "is " + std::to_string(pnm.fields[i])) +
+            ", more than the decoder's limit of " + std::to_string(limits[i]));
+  }
   if (!stbi_info_from_memory(d.data(), length, &info.width, &info.height, &info.channels)) {
     // stb_image tries every reader in turn and reports the last one's failure, so a PNG whose
     // size its PNG reader refused arrives here as "unknown image type". Its header is read

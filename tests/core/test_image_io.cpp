@@ -852,6 +852,81 @@ TEST(ImageIoError, CorruptPngData) {
   EXPECT_NE(message.find("zlib"), std::string::npos) << message;
 }
 
+// A Huffman table whose 16 code counts total more than 256: stb_image (Debian 12's) would write
+// past its tables, in the header reader (probe) and in the decoder. Both refuse it first.
+TEST(ImageIoError, JpegHuffmanTableWithTooManyCodes) {
+  const fs::path dir = freshTempDir("image-io-jpeg-dht");
+  std::vector<char> bytes = readBytes(sourcePath("samples/grace_hopper.jpg"));
+  const std::string dht = "\xFF\xC4";
+  const auto at = std::search(bytes.begin(), bytes.end(), dht.begin(), dht.end());
+  ASSERT_NE(at, bytes.end());
+  const std::size_t offset = std::size_t(at - bytes.begin());
+  // The segment's first table: its class / id byte, then the counts (byte 5 on).
+  for (int i = 5; i < 21; ++i) at[i] = '\x20';  // 16 x 32 = 512 codes
+  const fs::path path = writeBytes(dir / "dht.jpg", bytes);
+  for (const bool probe : {true, false}) {
+    std::string message;
+    try {
+      if (probe)
+        kmseg::probeImage(path);
+      else
+        kmseg::loadImage(path);
+    } catch (const IoError& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("cannot decode image file '" + path.string() + "': corrupt JPEG"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(
+        message.find("DHT segment at byte " + std::to_string(offset) + ") declares 512 codes"),
+        std::string::npos)
+        << message;
+  }
+
+  // The decoder reads a DHT segment's tables while any of its declared bytes remain: here the
+  // segment declares one byte more than its one table, so the decoder reads a second table from
+  // the bytes after it, whose counts total 16 x 255.
+  std::vector<char> tail = {'\xFF', '\xD8', '\xFF', '\xC4', 0, 2 + 17 + 1 + 1, 0};
+  for (int i = 0; i < 16; ++i) tail.push_back(i == 0 ? 1 : 0);  // one code of length 1
+  tail.push_back(0);                                            // its value
+  tail.push_back(0x01);  // the segment's last byte: a second table, class 0, id 1
+  for (int i = 0; i < 16; ++i) tail.push_back('\xFF');
+  tail.insert(tail.end(), {'\xFF', '\xD9'});
+  const fs::path straddle = writeBytes(dir / "straddle.jpg", tail);
+  const std::string message = messageOf<IoError>(straddle);
+  EXPECT_NE(message.find("corrupt JPEG: a Huffman table (DHT segment at byte 2) declares 4080"),
+            std::string::npos)
+      << message;
+
+  // Every sample JPEG still loads: their tables are well formed.
+  for (const char* sample :
+       {"samples/grace_hopper.jpg", "samples/citrus-fruits.jpg", "samples/european-honey-bee.jpg",
+        "samples/Picture_1A_by_freespace.jpg"})
+    EXPECT_NO_THROW(kmseg::probeImage(sourcePath(sample))) << sample;
+}
+
+// stb_image reads a PNM header's numbers into an int without a bound (signed overflow past
+// 2^31); a width, height or maximum value beyond the decoder's limits is refused first.
+TEST(ImageIoError, PnmHeaderNumbersBeyondTheDecodersLimits) {
+  const fs::path dir = freshTempDir("image-io-pnm-numbers");
+  struct Case {
+    std::string header, want;
+  };
+  for (const Case& c : {Case{"P6\n24 99999999999999\n255\n", "PPM header's height is over 2^30"},
+                        Case{"P5\n16777217 2\n255\n", "PGM header's width is 16777217"},
+                        Case{"P6\n4 4\n70000\n", "PPM header's maximum value is 70000"}}) {
+    std::string text = c.header;
+    text.resize(text.size() + 4 * 4 * 3 * 2, '\x10');
+    const fs::path path = writeBytes(dir / "big.pnm", {text.begin(), text.end()});
+    const std::string message = messageOf<IoError>(path);
+    EXPECT_NE(message.find("cannot decode image file '" + path.string() + "': its " + c.want),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("more than the decoder's limit of"), std::string::npos) << message;
+    EXPECT_THROW(kmseg::probeImage(path), IoError);
+  }
+}
+
 TEST(ImageIoError, UnreadableFile) {
   const fs::path dir = freshTempDir("image-io-unreadable");
   const fs::path path = dir / "coffee.png";
