@@ -286,7 +286,6 @@ struct PnmLayout {
   bool complete = false;  ///< the header's last byte is in the file and ends the maximum value
   std::size_t dataOffset = 0;
   std::uint64_t fields[3] = {0, 0, 0};  ///< width, height, maximum value (at most 2^30)
-  std::uint64_t maxValue = 0;
   int channels = 1;
 };
 
@@ -320,7 +319,6 @@ PnmLayout pnmLayout(const Bytes& d) {
       c = next();
     }
   }
-  layout.maxValue = layout.fields[2];
   layout.complete = !pastEnd && isSpace(c);
   layout.dataOffset = pos;
   return layout;
@@ -331,7 +329,7 @@ std::string pnmTruncation(const Bytes& d, const ImageInfo& info) {
   const std::string name = layout.channels == 3 ? "PPM" : "PGM";
   if (!layout.complete) return "its " + name + " header is incomplete";
   const std::uint64_t channels = std::uint64_t(layout.channels);
-  const std::uint64_t sampleBytes = layout.maxValue > 255 ? 2 : 1;
+  const std::uint64_t sampleBytes = layout.fields[2] > 255 ? 2 : 1;
   const std::uint64_t need = layout.dataOffset + std::uint64_t(info.width) *
                                                      std::uint64_t(info.height) * channels *
                                                      sampleBytes;
