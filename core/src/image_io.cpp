@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -658,6 +659,25 @@ std::vector<std::uint16_t> decodePnm16(const Bytes& d, const ImageInfo& info) {
   return rgb;
 }
 
+// A PNM's samples run from 0 to its maximum value (PNM's definition), not to the full 8 or 16
+// bits that stb_image and decodePnm16 leave them on: stretched here (rounded to nearest), so that
+// a 12-bit PGM shows as bright as its 16-bit PNG and its Lab features are the same. A sample over
+// the maximum (malformed) counts as the maximum.
+void stretchPnmSamples(Image& image, std::uint64_t maxValue) {
+  const std::uint64_t full = image.bitDepth == 16 ? 65535 : 255;
+  if (maxValue == 0 || maxValue == full) return;
+  auto stretch = [&](auto& samples) {
+    for (auto& v : samples) {
+      const std::uint64_t x = std::min<std::uint64_t>(v, maxValue);
+      v = static_cast<std::remove_reference_t<decltype(v)>>((x * full + maxValue / 2) / maxValue);
+    }
+  };
+  if (image.bitDepth == 16)
+    stretch(image.rgb16);
+  else
+    stretch(image.rgb8);
+}
+
 }  // namespace
 
 ImageInfo probeImage(const fs::path& path) {
@@ -705,6 +725,7 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
     image.rgb16 = decode<std::uint16_t>(bytes, info, path);
   else
     image.rgb8 = decode<std::uint8_t>(bytes, info, path);
+  if (info.format == "pnm") stretchPnmSamples(image, pnmLayout(bytes).fields[2]);
   if (options.applyExifOrientation) applyOrientation(image, info.orientation);
   return image;
 }

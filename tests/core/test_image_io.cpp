@@ -853,6 +853,30 @@ TEST(ImageIoError, CorruptPngData) {
   EXPECT_NE(message.find("zlib"), std::string::npos) << message;
 }
 
+// PNM samples run from 0 to the header's maximum value; kmseg stretches them to the full 8 or 16
+// bits (rounded to nearest), as a viewer shows them. Samples over the maximum count as it.
+TEST(ImageIo, PnmSamplesAreStretchedFromTheirMaximumValue) {
+  const fs::path dir = freshTempDir("image-io-pnm-maxval");
+  // A 4-bit PGM (maximum 15) of the 17 values 0..16, one row.
+  std::string pgm = "P5\n17 1\n15\n";
+  for (int v = 0; v <= 16; ++v) pgm.push_back(char(v));
+  const Image grey = kmseg::loadImage(writeBytes(dir / "a.pgm", {pgm.begin(), pgm.end()}));
+  ASSERT_EQ(grey.bitDepth, 8);
+  for (int v = 0; v <= 16; ++v)
+    for (int c = 0; c < 3; ++c)
+      EXPECT_EQ(grey.sample(std::size_t(v), c), std::min(v, 15) * 17) << v;
+  // A 10-bit PPM (maximum 1023): 0, 1, 512, 1023 and 1100 in each channel, big-endian.
+  std::string ppm = "P6\n5 1\n1023\n";
+  const int values[] = {0, 1, 512, 1023, 1100};
+  for (const int v : values)
+    for (int c = 0; c < 3; ++c) ppm += {char(v >> 8), char(v & 0xFF)};
+  const Image rgb = kmseg::loadImage(writeBytes(dir / "a.ppm", {ppm.begin(), ppm.end()}));
+  ASSERT_EQ(rgb.bitDepth, 16);
+  const double want[] = {0, 64, 32800, 65535, 65535};  // round(v 65535 / 1023)
+  for (int i = 0; i < 5; ++i)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(rgb.sample(std::size_t(i), c), want[i]) << i;
+}
+
 // A Huffman table whose 16 code counts total more than 256: stb_image (Debian 12's) would write
 // past its tables, in the header reader (probe) and in the decoder. Both refuse it first.
 TEST(ImageIoError, JpegHuffmanTableWithTooManyCodes) {
