@@ -148,10 +148,13 @@ void runCommand(const std::string& command, const Options& o) {
       std::fflush(stderr);
     };
   }
+  const auto clearProgress = [&] {
+    if (live) std::fprintf(stderr, "\r%100s\r", "");
+  };
   WorkflowRunsDone printRows;
   auto printRow = [&](const std::string& name, const KMeansResult& r, const Comparison* c) {
     const std::lock_guard lock(terminal);
-    if (live) std::fprintf(stderr, "\r%100s\r", "");
+    clearProgress();
     std::printf("%s\n", formatRow(name.c_str(), r, c).c_str());
     std::fflush(stdout);
     lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
@@ -160,10 +163,17 @@ void runCommand(const std::string& command, const Options& o) {
   printRows.mode = [&](std::size_t m, ModeOutcome& mo) {
     printRow(std::string(modeName(o.modes[m])), mo.result, &mo.comparison);
   };
-  const WorkflowResult w =
-      runWorkflow(*choice.engine, features.rows, o.modes, workflowFor(o.workflow, image), progress,
-                  &gInterrupted, features.lookup ? &*features.lookup : nullptr, nullptr, printRows);
-  if (live) std::fprintf(stderr, "\r%100s\r", "");
+  const WorkflowResult w = [&] {
+    try {
+      return runWorkflow(*choice.engine, features.rows, o.modes, workflowFor(o.workflow, image),
+                         progress, &gInterrupted, features.lookup ? &*features.lookup : nullptr,
+                         nullptr, printRows);
+    } catch (...) {
+      clearProgress();  // the interrupt's or the error's line then starts a line of its own
+      throw;
+    }
+  }();
+  clearProgress();
   printTableNotes(w, o.modes);
   // An interrupt after the last run's last check: still nothing written.
   if (gInterrupted.load()) throw Cancelled();
