@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <future>
@@ -23,18 +24,32 @@
 
 namespace kmseg::cli {
 
+std::string secondsText(double seconds) {
+  const double s = std::abs(seconds);
+  const int decimals = s >= 99.995      ? 1
+                       : s >= 9.9995    ? 2
+                       : s >= 0.99995   ? 3
+                       : s >= 0.099995  ? 4
+                       : s >= 0.0099995 ? 5
+                                        : 6;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, seconds);
+  return buf;
+}
+
 namespace {
 
 std::string formatRow(const char* mode, const KMeansResult& r, const Comparison* c) {
   char buf[256];
   const std::string stop(stopReasonName(r.stop));
+  const std::string time = secondsText(r.seconds);
   if (c) {
-    std::snprintf(buf, sizeof buf, "%-10s %5d  %-18s %9.3f  %14.6f  %8.4f  %8.6f  %8.6f  %8.3f",
-                  mode, r.iterations, stop.c_str(), r.seconds, r.sse, c->diffPercent, c->ari,
-                  c->ami, 100.0 * r.fallbackRatio());
+    std::snprintf(buf, sizeof buf, "%-10s %5d  %-18s %9s  %14.6f  %8.4f  %8.6f  %8.6f  %8.3f", mode,
+                  r.iterations, stop.c_str(), time.c_str(), r.sse, c->diffPercent, c->ari, c->ami,
+                  100.0 * r.fallbackRatio());
   } else {
-    std::snprintf(buf, sizeof buf, "%-10s %5d  %-18s %9.3f  %14.6f  %8s  %8s  %8s  %8.3f", mode,
-                  r.iterations, stop.c_str(), r.seconds, r.sse, "ref", "ref", "ref",
+    std::snprintf(buf, sizeof buf, "%-10s %5d  %-18s %9s  %14.6f  %8s  %8s  %8s  %8.3f", mode,
+                  r.iterations, stop.c_str(), time.c_str(), r.sse, "ref", "ref", "ref",
                   100.0 * r.fallbackRatio());
   }
   return buf;

@@ -36,6 +36,10 @@ struct Options {
 /// default action is restored after the first).
 void runCommand(const std::string& command, const Options& options);
 
+/// A run's seconds as the table prints them: at least four significant digits from a GPU run of
+/// a small photo ("0.004123") to a CPU run of a large one ("123.5").
+std::string secondsText(double seconds);
+
 /// Wall-clock seconds since `t0` (steady clock).
 inline double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -404,9 +404,9 @@ void MainWindow::onRunFinished() {
   const double total = outcome->runSeconds();
   int overflowed = 0;
   for (const auto& m : outcome->finished) overflowed += m->result.normOverflows > 0 ? 1 : 0;
-  QString done = tr("Done: %1 run(s), %2 s of Lloyd iterations")
+  QString done = tr("Done: %1 run(s), %2 of Lloyd iterations")
                      .arg(outcome->rowCount())
-                     .arg(total, 0, 'f', 2);
+                     .arg(ResultsModel::durationText(total));
   if (outcome->referenceGiven) done += tr(" · the fp64 reference of the run before");
   if (overflowed > 0)
     done += tr(" · %n mode(s) met pixels beyond their precision's range (see the marked rows)",

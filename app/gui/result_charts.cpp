@@ -124,8 +124,14 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
       if (p.diff > 0.0 && (minPositive == 0.0 || p.diff < minPositive)) minPositive = p.diff;
     }
   }
+  // Milliseconds when every run took less than a second (a GPU's runs), as the table shows them.
+  const bool ms = maxTime < 1.0;
+  if (ms) {
+    for (Point& p : points) p.time *= 1e3;
+    maxTime *= 1e3;
+  }
   auto* timeAxis = new QValueAxis;
-  timeAxis->setTitleText(tr("time [s]"));
+  timeAxis->setTitleText(ms ? tr("time [ms]") : tr("time [s]"));
   timeAxis->setLabelFormat("%g");
   timeAxis->setRange(0.0, niceCeil(maxTime * 1.15));
   timeAxis->setTickCount(6);

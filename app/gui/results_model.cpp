@@ -5,6 +5,8 @@
 #include <QColor>
 #include <QStringList>
 
+#include <cmath>
+
 #include "kmseg/pair_distance.h"
 
 namespace kmseg::gui {
@@ -66,6 +68,18 @@ QString ResultsModel::stopText(const KMeansResult& result, int maxIterations) {
     return tr("iteration cap (%1) — not converged").arg(maxIterations);
   const auto name = stopReasonName(result.stop);
   return QString::fromUtf8(name.data(), qsizetype(name.size()));
+}
+
+QString ResultsModel::durationText(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0.0) return QStringLiteral("—");
+  // 0.9995 s and more would round to "1000 ms".
+  if (seconds < 0.9995) {
+    const double ms = seconds * 1e3;
+    const int decimals = ms < 0.9995 ? 3 : ms < 9.995 ? 2 : ms < 99.95 ? 1 : 0;
+    return tr("%1 ms").arg(ms, 0, 'f', decimals);
+  }
+  const int decimals = seconds < 9.995 ? 2 : seconds < 99.95 ? 1 : 0;
+  return tr("%1 s").arg(seconds, 0, 'f', decimals);
 }
 
 int ResultsModel::rowCount(const QModelIndex& parent) const {
@@ -130,7 +144,7 @@ QVariant ResultsModel::data(const QModelIndex& index, int role) const {
       case StopColumn:
         return stopText(r, maxIterations);
       case TimeColumn:
-        return QString::number(r.seconds, 'f', 3);
+        return durationText(r.seconds);
       case SseColumn:
         return QString::number(r.sse, 'f', 4);
       case DiffColumn:
@@ -155,6 +169,10 @@ QVariant ResultsModel::data(const QModelIndex& index, int role) const {
   if (role == Qt::ForegroundRole && (capped || overflowed)) return QBrush(QColor(110, 50, 0));
   if (role == Qt::ToolTipRole) {
     QStringList tips;
+    // The column's own first: the exact time, and the whole backend (the table may cut it).
+    if (index.column() == TimeColumn)
+      tips << tr("%1 s of Lloyd iterations").arg(r.seconds, 0, 'g', 6);
+    if (index.column() == BackendColumn) tips << QString::fromStdString(r.backend);
     if (capped)
       tips << tr("%1 stopped at the iteration cap of %2 without converging: its labels were "
                  "still changing (%3 in the last iteration).")
@@ -164,8 +182,8 @@ QVariant ResultsModel::data(const QModelIndex& index, int role) const {
     if (overflowed)
       tips << QString::fromStdString(normOverflowNote(r.mode, r.normOverflows, r.labels.size())) +
                   QStringLiteral(".");
+    if (row == 0) tips << tr("The fp64 reference every mode is compared with.");
     if (!tips.isEmpty()) return tips.join(QStringLiteral("\n"));
-    if (row == 0) return tr("The fp64 reference every mode is compared with.");
   }
   return {};
 }
@@ -180,7 +198,7 @@ QVariant ResultsModel::headerData(int section, Qt::Orientation orientation, int 
     case StopColumn:
       return tr("Stop reason");
     case TimeColumn:
-      return tr("Time [s]");
+      return tr("Time");
     case SseColumn:
       return tr("SSE");
     case DiffColumn:

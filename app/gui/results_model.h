@@ -48,6 +48,10 @@ class ResultsModel : public QAbstractTableModel {
 
   /// The stop column's text, e.g. "converged" or "iteration cap (300) — not converged".
   static QString stopText(const KMeansResult& result, int maxIterations);
+  /// A run's time as the table shows it: three significant digits, in ms below a second ("4.12
+  /// ms", "412 ms", "1.31 s", "22.6 s", "103 s"): a GPU run of a small photo takes a few
+  /// milliseconds, a CPU run of a large one minutes.
+  static QString durationText(double seconds);
 
   /// QAbstractTableModel: one row per run, kColumnCount columns.
   int rowCount(const QModelIndex& parent = {}) const override;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -149,6 +150,28 @@ TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {
   EXPECT_EQ(order, want) << r.out;
   EXPECT_TRUE(fs::is_regular_file(out / "grace_hopper.compare.json"));
   EXPECT_FALSE(fs::exists(out / "grace_hopper.fp32.labels.png"));  // --no-maps
+  // Each row's time is its run's seconds in the report to four significant digits (a GPU run
+  // of a small photo takes milliseconds: three decimals would print 0.004 for 4.1 ms).
+  const auto report = nlohmann::json::parse(readAll(out / "grace_hopper.compare.json"));
+  ASSERT_EQ(report["runs"].size(), 4u);
+  std::istringstream rows(r.out);
+  std::size_t run = 0;
+  for (std::string line; std::getline(rows, line);) {
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    if (f.empty() ||
+        (f[0] != "reference" && f[0] != "fp64" && f[0] != "fp32" && f[0] != "fp32>fp64"))
+      continue;
+    ASSERT_GE(f.size(), 9u) << line;
+    ASSERT_LT(run, report["runs"].size());
+    const double seconds = report["runs"][run++]["seconds"].get<double>();
+    const std::string& time = f[f.size() - 6];  // before SSE, Diff %, ARI, AMI, fallback%
+    EXPECT_NEAR(std::stod(time), seconds, std::max(5e-4 * seconds, 5e-7)) << line;
+    const auto digits = time.size() - time.find_first_not_of("0.");
+    EXPECT_GE(digits, seconds >= 0.001 ? 4u : 3u) << line;
+  }
+  EXPECT_EQ(run, 4u) << r.out;
 }
 
 // Ctrl+C during the runs: they stop within an iteration, the rows printed stay, nothing is

@@ -7,6 +7,8 @@
 #include <QSettings>
 #include <QtCharts/QAbstractAxis>
 #include <QtCharts/QChart>
+#include <QtCharts/QScatterSeries>
+#include <QtCharts/QValueAxis>
 
 #include <gtest/gtest.h>
 
@@ -224,6 +226,54 @@ TEST(ResultsModel, StopTextSaysPlainlyWhenTheCapWasHit) {
   EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("converged"));
 }
 
+// Times keep three significant digits from a GPU run of a small photo (milliseconds) to a CPU
+// run of a large one (minutes), and never round up into the next unit's "1000".
+TEST(ResultsModel, DurationTextKeepsThreeDigitsInMillisecondsOrSeconds) {
+  EXPECT_EQ(ResultsModel::durationText(0.0), QStringLiteral("0.000 ms"));
+  EXPECT_EQ(ResultsModel::durationText(0.000412), QStringLiteral("0.412 ms"));
+  EXPECT_EQ(ResultsModel::durationText(0.004123), QStringLiteral("4.12 ms"));
+  EXPECT_EQ(ResultsModel::durationText(0.0412), QStringLiteral("41.2 ms"));
+  EXPECT_EQ(ResultsModel::durationText(0.41249), QStringLiteral("412 ms"));
+  EXPECT_EQ(ResultsModel::durationText(0.9996), QStringLiteral("1.00 s"));
+  EXPECT_EQ(ResultsModel::durationText(0.00999999), QStringLiteral("10.0 ms"));
+  EXPECT_EQ(ResultsModel::durationText(1.313), QStringLiteral("1.31 s"));
+  EXPECT_EQ(ResultsModel::durationText(22.629), QStringLiteral("22.6 s"));
+  EXPECT_EQ(ResultsModel::durationText(102.85), QStringLiteral("103 s"));
+  EXPECT_EQ(ResultsModel::durationText(-1.0), QStringLiteral("—"));
+}
+
+// The time and backend cells say in their tooltips what the table may shorten: the exact time
+// and the whole backend name.
+TEST(ResultsModel, TimeAndBackendTooltipsGiveTheWholeValue) {
+  auto outcome = std::make_shared<RunOutcome>();
+  outcome->modes = {Mode::Fp32};
+  KMeansResult reference;
+  reference.mode = Mode::Fp64;
+  reference.stop = StopReason::Converged;
+  reference.seconds = 0.0041234;
+  reference.backend = "NVIDIA H200 (CUDA)";
+  outcome->reference = std::make_shared<const KMeansResult>(reference);
+  ModeOutcome o;
+  o.result = reference;
+  o.result.mode = Mode::Fp32;
+  outcome->finished.push_back(std::make_shared<const ModeOutcome>(o));
+  ResultsModel model;
+  model.setOutcome(outcome);
+  auto cell = [&](int column, int role) { return model.data(model.index(1, column), role); };
+  EXPECT_EQ(cell(ResultsModel::TimeColumn, Qt::DisplayRole).toString(), QStringLiteral("4.12 ms"));
+  EXPECT_DOUBLE_EQ(cell(ResultsModel::TimeColumn, Qt::UserRole).toDouble(), 0.0041234);
+  EXPECT_EQ(cell(ResultsModel::TimeColumn, Qt::ToolTipRole).toString(),
+            QStringLiteral("0.0041234 s of Lloyd iterations"));
+  EXPECT_EQ(cell(ResultsModel::BackendColumn, Qt::ToolTipRole).toString(),
+            QStringLiteral("NVIDIA H200 (CUDA)"));
+  EXPECT_FALSE(cell(ResultsModel::SseColumn, Qt::ToolTipRole).isValid());
+  // The reference's row says what it is in every column, after the column's own tip.
+  const QString refTip =
+      model.data(model.index(0, ResultsModel::BackendColumn), Qt::ToolTipRole).toString();
+  EXPECT_EQ(refTip, QStringLiteral("NVIDIA H200 (CUDA)\nThe fp64 reference every mode is "
+                                   "compared with."));
+}
+
 // The run time the window reports counts the reference once: an fp64 mode is its run again.
 TEST(RunOutcome, RunSecondsCountTheReusedReferenceOnce) {
   RunOutcome outcome;
@@ -339,6 +389,39 @@ TEST(ResultCharts, LabelsAndAxisTitleFitTheChartsSize) {
       EXPECT_LT(whole, 9);
       EXPECT_EQ(diffTitle(), QStringLiteral("Diff % (log)"));
     }
+  }
+}
+
+// The time axis is in milliseconds when every run took less than a second (a GPU's runs), with
+// the points where the table's times put them; in seconds otherwise.
+TEST(ResultCharts, TimeAxisTakesMillisecondsBelowASecond) {
+  for (const double slowest : {0.0125, 3.5}) {
+    SCOPED_TRACE(slowest);
+    auto outcome = std::make_shared<RunOutcome>();
+    outcome->modes = {Mode::Fp32, Mode::Fp16};
+    outcome->reference = std::make_shared<const KMeansResult>();
+    for (Mode mode : outcome->modes) {
+      ModeOutcome o;
+      o.result.mode = mode;
+      o.result.seconds = mode == Mode::Fp16 ? slowest : 0.004;
+      o.comparison.diffPercent = mode == Mode::Fp16 ? 0.2 : 0.0;
+      outcome->finished.push_back(std::make_shared<const ModeOutcome>(o));
+    }
+    ResultCharts charts;
+    charts.setOutcome(outcome);
+    QChart* chart = charts.timeDiffChart();
+    const bool ms = slowest < 1.0;
+    const auto* axis = qobject_cast<QValueAxis*>(chart->axes(Qt::Horizontal).front());
+    ASSERT_NE(axis, nullptr);
+    EXPECT_EQ(axis->titleText(), ms ? QStringLiteral("time [ms]") : QStringLiteral("time [s]"));
+    const double scale = ms ? 1e3 : 1.0;
+    EXPECT_GE(axis->max(), slowest * scale);
+    EXPECT_LT(axis->max(), 2.0 * slowest * scale);
+    ASSERT_EQ(chart->series().size(), 2);
+    const auto* fp16 = qobject_cast<QScatterSeries*>(chart->series().at(1));
+    ASSERT_NE(fp16, nullptr);
+    ASSERT_EQ(fp16->count(), 1);
+    EXPECT_DOUBLE_EQ(fp16->at(0).x(), slowest * scale);
   }
 }
 
