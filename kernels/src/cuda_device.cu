@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -278,15 +279,37 @@ __global__ void sqrtUpKernel(unsigned long long* counts) {
 
 }  // namespace
 
+std::string cudaUnavailableReason(int error, int driverVersion, int runtimeVersion) {
+  auto version = [](int v) {
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  const std::string call = describe("cudaGetDeviceCount", cudaError_t(error));
+  if (error == cudaErrorInsufficientDriver && driverVersion == 0)
+    return "no NVIDIA driver is installed (" + call + ")";
+  if (error == cudaErrorInsufficientDriver && driverVersion < runtimeVersion)
+    return "the NVIDIA driver supports CUDA up to " + version(driverVersion) +
+           ", this build needs CUDA " + version(runtimeVersion) +
+           ": update the driver to use the GPU (" + call + ")";
+  if (error == cudaErrorNoDevice) return "the NVIDIA driver sees no device (" + call + ")";
+  return "no CUDA device: " + call;
+}
+
 std::vector<CudaDeviceInfo> cudaDevices(std::string* whyNot) {
   std::vector<CudaDeviceInfo> out;
   int count = 0;
-  // Error 35 (insufficient driver) means no driver; error 100 (no device) a driver without a
-  // device. Both mean: no GPU, use the CPU.
+  // Error 35 (insufficient driver): no driver, or one too old; error 100 (no device) a driver
+  // without a device (or CUDA_VISIBLE_DEVICES empty). Each means: no GPU, use the CPU.
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky-free error state for later calls
-    if (whyNot) *whyNot = "no CUDA device: " + describe("cudaGetDeviceCount", e);
+    if (whyNot) {
+      int driver = 0;
+      if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+      *whyNot = cudaUnavailableReason(int(e), driver, CUDART_VERSION);
+      if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+          visible && e == cudaErrorNoDevice)
+        *whyNot += std::string("; CUDA_VISIBLE_DEVICES is '") + visible + "'";
+    }
     return out;
   }
   for (int i = 0; i < count; ++i) {

@@ -1441,10 +1441,35 @@ TEST(CudaDistancesWithoutDevice, SayWhy) {
 TEST(CudaEngineWithoutDevice, FactoryExplainsOrWorks) {
   std::string why;
   const auto devices = cudaDevices(&why);
-  if (devices.empty())
+  if (devices.empty()) {
     EXPECT_FALSE(why.empty());
-  else
+    // The reason is the runtime's error in the user's terms, with the call and error number.
+    EXPECT_NE(why.find("cudaGetDeviceCount: "), std::string::npos) << why;
+    EXPECT_NE(why.find("(error "), std::string::npos) << why;
+  } else {
     EXPECT_FALSE(devices.front().name.empty());
+  }
+}
+
+// "Insufficient driver" (error 35) is told apart: no driver at all, or one older than the
+// runtime, which the user can update; a driver without a device says so too.
+TEST(CudaEngineWithoutDevice, UnavailableReasonTellsTheDriverCasesApart) {
+  const std::string none = cudaUnavailableReason(35, 0, 13000);
+  EXPECT_EQ(none.rfind("no NVIDIA driver is installed (cudaGetDeviceCount: ", 0), 0u) << none;
+  EXPECT_NE(none.find("(error 35))"), std::string::npos) << none;
+  const std::string old = cudaUnavailableReason(35, 12080, 13000);
+  EXPECT_EQ(old.rfind("the NVIDIA driver supports CUDA up to 12.8, this build needs CUDA 13.0: "
+                      "update the driver to use the GPU (cudaGetDeviceCount: ",
+                      0),
+            0u)
+      << old;
+  const std::string noDevice = cudaUnavailableReason(100, 13000, 13000);
+  EXPECT_EQ(noDevice.rfind("the NVIDIA driver sees no device (cudaGetDeviceCount: ", 0), 0u)
+      << noDevice;
+  EXPECT_NE(noDevice.find("(error 100))"), std::string::npos) << noDevice;
+  // Any other error keeps the runtime's words.
+  const std::string other = cudaUnavailableReason(999, 13000, 13000);
+  EXPECT_EQ(other.rfind("no CUDA device: cudaGetDeviceCount: ", 0), 0u) << other;
 }
 
 }  // namespace

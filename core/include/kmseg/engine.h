@@ -79,7 +79,8 @@ Backend parseBackend(std::string_view name);
 struct EngineChoice {
   std::unique_ptr<KMeansEngine> engine;  ///< never null
   Backend backend = Backend::Cpu;        ///< the backend actually chosen
-  std::string note;                      ///< e.g. "no CUDA device: cudaGetDeviceCount returned 100"
+  std::string
+      note;  ///< why not the GPU, e.g. "no NVIDIA driver is installed (cudaGetDeviceCount: ...)"
 };
 
 /// What a run asks of its engine, for makeEngine's choice (0: not known).

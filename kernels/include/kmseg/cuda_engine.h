@@ -28,8 +28,16 @@ struct CudaDeviceInfo {
 };
 
 /// The devices the CUDA runtime sees. Empty when there is no driver or no device; `whyNot` then
-/// says which (e.g. "cudaGetDeviceCount: CUDA driver version is insufficient ... (error 35)").
+/// says which, in the user's terms (cudaUnavailableReason).
 std::vector<CudaDeviceInfo> cudaDevices(std::string* whyNot = nullptr);
+
+/// Why cudaGetDeviceCount's `error` leaves no device, given the driver's CUDA version
+/// (cudaDriverGetVersion: 0 where no driver is installed) and the runtime's this build carries
+/// (both as 1000 major + 10 minor). The runtime says "CUDA driver version is insufficient" both
+/// where there is no driver at all and where the driver is older than the runtime; only the
+/// second needs the user to act (update the driver), so the two are told apart. Ends with the
+/// runtime's own call, message and error number.
+std::string cudaUnavailableReason(int error, int driverVersion, int runtimeVersion);
 
 /// Registers the CUDA engine factory with core's makeEngine(). Safe to call more than once.
 void registerCudaEngine();
