@@ -125,7 +125,7 @@ void ResultCharts::setOutcome(const std::shared_ptr<const RunOutcome>& outcome) 
     }
   }
   // Milliseconds when every run took less than a second (a GPU's runs), as the table shows them.
-  const bool ms = maxTime < 1.0;
+  const bool ms = !points.empty() && maxTime < 1.0;
   if (ms) {
     for (Point& p : points) p.time *= 1e3;
     maxTime *= 1e3;

@@ -79,8 +79,8 @@ Backend parseBackend(std::string_view name);
 struct EngineChoice {
   std::unique_ptr<KMeansEngine> engine;  ///< never null
   Backend backend = Backend::Cpu;        ///< the backend actually chosen
-  std::string
-      note;  ///< why not the GPU, e.g. "no NVIDIA driver is installed (cudaGetDeviceCount: ...)"
+  /// Why not the GPU, e.g. "no NVIDIA driver is installed (cudaGetDeviceCount: ...)".
+  std::string note;
 };
 
 /// What a run asks of its engine, for makeEngine's choice (0: not known).
