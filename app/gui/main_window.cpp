@@ -2,12 +2,14 @@
 #include "main_window.h"
 
 #include <QAction>
+#include <QClipboard>
 #include <QCloseEvent>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QHeaderView>
 #include <QKeySequence>
 #include <QLabel>
@@ -232,6 +234,15 @@ void MainWindow::buildActions() {
   auto* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
 
+  // Ctrl+C copies the results where the table has the focus; the menu entry copies them from
+  // anywhere. Both copy the whole table (see ResultsModel::tableText).
+  auto* edit = menuBar()->addMenu(tr("&Edit"));
+  copyResultsAction_ = edit->addAction(tr("&Copy results table"), this, &MainWindow::copyResults);
+  copyResultsAction_->setShortcut(QKeySequence::Copy);
+  copyResultsAction_->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+  table_->addAction(copyResultsAction_);
+  exportActions_.append(copyResultsAction_);
+
   auto* run = menuBar()->addMenu(tr("&Run"));
   runAction_ = run->addAction(tr("&Run selected mode"), this, &MainWindow::runSelected);
   runAction_->setShortcut(Qt::Key_F5);
@@ -426,6 +437,14 @@ void MainWindow::onBusyChanged(bool busy) {
   params_->cancelButton()->setEnabled(busy);
   const bool have = controller_->outcome() != nullptr;
   for (QAction* a : exportActions_) a->setEnabled(have);
+}
+
+void MainWindow::copyResults() {
+  const QString text = model_->tableText();
+  if (text.isEmpty()) return;
+  QGuiApplication::clipboard()->setText(text);
+  progressLabel_->setText(tr("Copied the results table (%n row(s)) as tab-separated text", nullptr,
+                             int(text.count(QLatin1Char('\n'))) - 1));
 }
 
 int MainWindow::selectedRow() const {

@@ -87,6 +87,8 @@ class MainWindow : public QMainWindow {
   QAction* overlayAction() const { return overlayAction_; }
   QAction* boundariesAction() const { return boundariesAction_; }
   QAction* linkAction() const { return linkAction_; }
+  /// Edit > Copy results table (Ctrl+C in the table).
+  QAction* copyResultsAction() const { return copyResultsAction_; }
   QSlider* opacitySlider() const { return opacity_; }
   /// Status bar texts: the pixel under the cursor, the image size, the backend.
   QString pixelText() const;
@@ -109,6 +111,8 @@ class MainWindow : public QMainWindow {
   void exportViewDialog();
   /// Asks for a folder, and before replacing files there, for a yes.
   void exportAllDialog();
+  /// Puts the results table on the clipboard (ResultsModel::tableText) and says so.
+  void copyResults();
   void showRow(int row);
   void forgetReferenceMaps();
   void showPixel(QPoint pixel);
@@ -151,6 +155,7 @@ class MainWindow : public QMainWindow {
   QAction* overlayAction_ = nullptr;
   QAction* boundariesAction_ = nullptr;
   QAction* linkAction_ = nullptr;
+  QAction* copyResultsAction_ = nullptr;
   QList<QAction*> exportActions_;
   QStringList recent_;
   QString lastError_;

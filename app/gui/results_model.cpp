@@ -82,6 +82,29 @@ QString ResultsModel::durationText(double seconds) {
   return tr("%1 s").arg(seconds, 0, 'f', decimals);
 }
 
+QString ResultsModel::tableText() const {
+  if (!outcome_ || outcome_->readyRows() == 0) return {};
+  // Seventeen significant digits give back the double; %g drops trailing zeros.
+  auto number = [](const QVariant& v) {
+    return v.isValid() ? QString::number(v.toDouble(), 'g', 17) : QString();
+  };
+  QStringList lines;
+  lines << QStringList{tr("Mode"),       tr("Iterations"), tr("Stop reason"), tr("Time [s]"),
+                       tr("SSE"),        tr("Diff %"),     tr("ARI"),         tr("AMI"),
+                       tr("Fallback %"), tr("Backend")}
+               .join(QLatin1Char('\t'));
+  for (int row = 0; row < outcome_->readyRows(); ++row) {
+    auto raw = [&](int column) { return data(index(row, column), Qt::UserRole); };
+    QStringList cells;
+    cells << raw(ModeColumn).toString() << raw(IterationsColumn).toString()
+          << data(index(row, StopColumn), Qt::DisplayRole).toString() << number(raw(TimeColumn))
+          << number(raw(SseColumn)) << number(raw(DiffColumn)) << number(raw(AriColumn))
+          << number(raw(AmiColumn)) << number(raw(FallbackColumn)) << raw(BackendColumn).toString();
+    lines << cells.join(QLatin1Char('\t'));
+  }
+  return lines.join(QLatin1Char('\n')) + QLatin1Char('\n');
+}
+
 int ResultsModel::rowCount(const QModelIndex& parent) const {
   return parent.isValid() || !outcome_ ? 0 : outcome_->rowCount();
 }

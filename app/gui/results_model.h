@@ -52,6 +52,11 @@ class ResultsModel : public QAbstractTableModel {
   /// ms", "412 ms", "1.31 s", "22.6 s", "103 s"): a GPU run of a small photo takes a few
   /// milliseconds, a CPU run of a large one minutes.
   static QString durationText(double seconds);
+  /// The complete rows as tab-separated text for the clipboard (a spreadsheet takes it as
+  /// columns): a header line, then one line per complete row with the raw values at full
+  /// precision (time in seconds; Diff %, ARI and AMI empty for the reference). Empty when no
+  /// row is complete.
+  QString tableText() const;
 
   /// QAbstractTableModel: one row per run, kColumnCount columns.
   int rowCount(const QModelIndex& parent = {}) const override;

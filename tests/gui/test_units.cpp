@@ -226,6 +226,42 @@ TEST(ResultsModel, StopTextSaysPlainlyWhenTheCapWasHit) {
   EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("converged"));
 }
 
+// The clipboard text has a header and the complete rows only, raw values at full precision;
+// the reference's comparison cells are empty; no complete row, no text.
+TEST(ResultsModel, TableTextHoldsTheCompleteRowsAtFullPrecision) {
+  ResultsModel model;
+  EXPECT_TRUE(model.tableText().isEmpty());
+  auto outcome = std::make_shared<RunOutcome>();
+  outcome->modes = {Mode::Fp32, Mode::Fp16};
+  KMeansResult reference;
+  reference.mode = Mode::Fp64;
+  reference.stop = StopReason::Converged;
+  reference.iterations = 12;
+  reference.seconds = 0.1 + 0.2;  // not exactly 0.3
+  reference.sse = 1.0 / 3.0;
+  reference.backend = "CPU (2 threads)";
+  outcome->reference = std::make_shared<const KMeansResult>(reference);
+  ModeOutcome o;
+  o.result = reference;
+  o.result.mode = Mode::Fp32;
+  o.comparison.diffPercent = 2.0 / 3.0;
+  o.comparison.ari = 0.5;
+  o.comparison.ami = 0.25;
+  outcome->finished.push_back(std::make_shared<const ModeOutcome>(o));  // fp16 still to come
+  model.setOutcome(outcome);
+  const QStringList lines = model.tableText().split(QLatin1Char('\n'));
+  ASSERT_EQ(lines.size(), 4);  // header, two rows, and the final newline's empty rest
+  EXPECT_EQ(lines[0], QStringLiteral("Mode\tIterations\tStop reason\tTime [s]\tSSE\tDiff %\tARI\t"
+                                     "AMI\tFallback %\tBackend"));
+  EXPECT_EQ(lines[1], QStringLiteral("fp64 reference\t12\tconverged\t0.30000000000000004\t"
+                                     "0.33333333333333331\t\t\t\t0\tCPU (2 threads)"));
+  EXPECT_EQ(lines[2], QStringLiteral("fp32\t12\tconverged\t0.30000000000000004\t"
+                                     "0.33333333333333331\t0.66666666666666663\t0.5\t0.25\t0\t"
+                                     "CPU (2 threads)"));
+  EXPECT_TRUE(lines[3].isEmpty());
+  EXPECT_EQ(lines[1].split(QLatin1Char('\t'))[3].toDouble(), 0.1 + 0.2);
+}
+
 // Times keep three significant digits from a GPU run of a small photo (milliseconds) to a CPU
 // run of a large one (minutes), and never round up into the next unit's "1000".
 TEST(ResultsModel, DurationTextKeepsThreeDigitsInMillisecondsOrSeconds) {

@@ -4,10 +4,12 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QClipboard>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFile>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QLabel>
 #include <QLineSeries>
 #include <QMessageBox>
@@ -207,6 +209,37 @@ TEST_F(GuiWindow, CompareAllModesFillsTheTableWithTheCoreResults) {
   EXPECT_EQ(window_->charts()->convergenceChart()->series().size(), 9);
   // The selected row is the panel's mode (fp16>fp32 by default).
   EXPECT_EQ(window_->selectedRow(), outcome->rowOf(Mode::Fp16Fp32));
+
+  // Ctrl+C in the table copies the whole table as tab-separated text, values at full precision.
+  QGuiApplication::clipboard()->clear();
+  window_->resultsView()->setFocus();
+  QTest::keyClick(window_->resultsView(), Qt::Key_C, Qt::ControlModifier);
+  const QStringList lines =
+      QGuiApplication::clipboard()->text().split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+  ASSERT_EQ(lines.size(), 11) << QGuiApplication::clipboard()->text().toStdString();
+  EXPECT_TRUE(lines[0].startsWith(QStringLiteral("Mode\tIterations\tStop reason\tTime [s]\t")))
+      << lines[0].toStdString();
+  for (int row = 0; row < 10; ++row) {
+    SCOPED_TRACE(row);
+    const KMeansResult& r = row == 0 ? want.reference : want.modes[std::size_t(row - 1)].result;
+    const QStringList f = lines[row + 1].split(QLatin1Char('\t'));
+    ASSERT_EQ(f.size(), ResultsModel::kColumnCount);
+    EXPECT_EQ(f[ResultsModel::ModeColumn], cell(row, ResultsModel::ModeColumn).toString());
+    EXPECT_EQ(f[ResultsModel::IterationsColumn].toInt(), r.iterations);
+    EXPECT_EQ(f[ResultsModel::SseColumn].toDouble(), r.sse);  // the same double
+    EXPECT_EQ(f[ResultsModel::TimeColumn].toDouble(),
+              cell(row, ResultsModel::TimeColumn, Qt::UserRole).toDouble());
+    if (row == 0) {
+      EXPECT_TRUE(f[ResultsModel::DiffColumn].isEmpty());
+    } else {
+      EXPECT_EQ(f[ResultsModel::DiffColumn].toDouble(),
+                want.modes[std::size_t(row - 1)].comparison.diffPercent);
+      EXPECT_EQ(f[ResultsModel::AmiColumn].toDouble(),
+                want.modes[std::size_t(row - 1)].comparison.ami);
+    }
+    EXPECT_EQ(f[ResultsModel::BackendColumn].toStdString(), r.backend);
+  }
+  EXPECT_TRUE(window_->copyResultsAction()->isEnabled());
 }
 
 TEST_F(GuiWindow, SelectingARowShowsThatModesLabelsMaskAndLegend) {
