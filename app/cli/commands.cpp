@@ -132,6 +132,8 @@ void runCommand(const std::string& command, const Options& o) {
   auto t0 = std::chrono::steady_clock::now();
   const Image image = loadImage(o.image, o.load);
   const double decodeSeconds = secondsSince(t0);
+  // K against the photo's size, before the table starts.
+  const WorkflowParams workflow = workflowFor(o.workflow, image);
   t0 = std::chrono::steady_clock::now();
   const ImageFeatures features = makeImageFeatures(image, o.features);
   const double featureSeconds = secondsSince(t0);
@@ -180,9 +182,8 @@ void runCommand(const std::string& command, const Options& o) {
   };
   const WorkflowResult w = [&] {
     try {
-      return runWorkflow(*choice.engine, features.rows, o.modes, workflowFor(o.workflow, image),
-                         progress, &gInterrupted, features.lookup ? &*features.lookup : nullptr,
-                         nullptr, printRows);
+      return runWorkflow(*choice.engine, features.rows, o.modes, workflow, progress, &gInterrupted,
+                         features.lookup ? &*features.lookup : nullptr, nullptr, printRows);
     } catch (...) {
       clearProgress();  // the interrupt's or the error's line then starts a line of its own
       throw;

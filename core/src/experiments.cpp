@@ -162,7 +162,7 @@ void checkDistanceInputs(double rho, const Matrix& p, const Matrix& c) {
     throw InvalidArgument("measureDistances: P has " + std::to_string(p.cols) + " columns and C " +
                           std::to_string(c.cols) + "; they must be equal");
   if (!(rho > 2.0) || !std::isfinite(rho))
-    throw InvalidArgument("rho = " + std::to_string(rho) + ": rho must be > 2 and finite");
+    throw InvalidArgument("rho = " + numberText(rho) + ": rho must be > 2 and finite");
   checkFinite(p, "P");
   checkFinite(c, "C");
 }

@@ -12,6 +12,12 @@
 namespace kmseg {
 
 WorkflowParams workflowFor(const WorkflowParams& params, const Image& image) {
+  const auto pixels = std::size_t(image.width) * std::size_t(image.height);
+  if (params.kmeans.k > 0 && std::size_t(params.kmeans.k) > pixels)
+    throw InvalidArgument("K = " + std::to_string(params.kmeans.k) +
+                          " exceeds the number of pixels of the image (" +
+                          std::to_string(image.width) + " x " + std::to_string(image.height) +
+                          " = " + std::to_string(pixels) + ")");
   WorkflowParams p = params;
   p.kmeans.imageWidth = image.width;
   return p;

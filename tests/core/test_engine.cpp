@@ -440,7 +440,9 @@ TEST(Lloyd, BadInput) {
   expectThrow(q, data, gatherRows(data, {0, 1}), "exceeds the number of samples (10)");
   q = p;
   q.rho = 2.0;
-  expectThrow(q, data, init, "rho must be > 2");
+  expectThrow(q, data, init, "rho = 2 is invalid: rho must be > 2");
+  q.rho = 1.0 / 3.0;  // the value as typed back reads as the same double
+  expectThrow(q, data, init, "rho = 0.3333333333333333 is invalid");
   q.rho = INFINITY;
   expectThrow(q, data, init, "rho = inf is invalid: rho must be > 2 and finite");
   q = p;
@@ -451,7 +453,11 @@ TEST(Lloyd, BadInput) {
   expectThrow(q, data, init, "max iterations");
   q = p;
   q.tolerance = -1;
-  expectThrow(q, data, init, "tolerance");
+  expectThrow(q, data, init, "tolerance = -1 is invalid");
+  q.tolerance = -1e-300;
+  expectThrow(q, data, init, "tolerance = -1e-300 is invalid");
+  q.tolerance = std::nan("");
+  expectThrow(q, data, init, "tolerance = nan is invalid");
   q = p;
   q.imageWidth = 3;
   expectThrow(q, data, init,
@@ -479,6 +485,16 @@ TEST(Workflow, ParamsForAnImageCarryItsWidth) {
   EXPECT_EQ(q.kmeans.imageWidth, 7);
   EXPECT_EQ(q.kmeans.k, 4);
   EXPECT_EQ(p.kmeans.imageWidth, 0);
+  // K up to the pixel count is accepted; one more names the image's size.
+  p.kmeans.k = 21;
+  EXPECT_EQ(workflowFor(p, image).kmeans.k, 21);
+  p.kmeans.k = 22;
+  try {
+    (void)workflowFor(p, image);
+    ADD_FAILURE() << "K = 22 accepted for 21 pixels";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "K = 22 exceeds the number of pixels of the image (7 x 3 = 21)");
+  }
 }
 
 TEST(Workflow, KAboveTheComparableMaximumFailsBeforeAnyRun) {

@@ -43,4 +43,8 @@ class BackendError : public Error {
   using Error::Error;
 };
 
+/// v as an error message writes it: the shortest text that reads back as the same double ("2",
+/// "0.1", "1e-08", "-1"), and "inf", "-inf" or "nan" for those.
+std::string numberText(double v);
+
 }  // namespace kmseg

@@ -27,7 +27,8 @@ struct WorkflowParams {
 };
 
 /// `params` for a workflow on the features of `image` (makeFeatures): the engines learn the
-/// image's width (KMeansParams::imageWidth).
+/// image's width (KMeansParams::imageWidth). Throws InvalidArgument, naming the image's size,
+/// when K exceeds its pixel count (the other parameters are checked by runWorkflow).
 WorkflowParams workflowFor(const WorkflowParams& params, const Image& image);
 
 /// One mode's run and its comparison with the reference.
