@@ -4,6 +4,7 @@
 
 #include "bench.h"
 #include "commands.h"
+#include "number_options.h"
 
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
@@ -12,8 +13,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "kmseg/engine.h"
@@ -134,9 +137,7 @@ std::vector<int> benchClusters(const BenchOptions& o) {
 
 std::vector<Mode> benchModes(const BenchOptions& o) {
   if (o.modes.empty()) return {kAllModes.begin(), kAllModes.end()};
-  std::vector<Mode> modes;
-  for (const std::string& m : o.modes) modes.push_back(parseMode(m));
-  return modes;
+  return parseModeList(o.modes);
 }
 
 void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
@@ -148,13 +149,23 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
   cmd.add_option("--image", o.image, "Photo to resize for the benchmark")->capture_default_str();
   cmd.add_option("--megapixels", o.megapixels, "Resize the photo to about this many megapixels")
       ->capture_default_str();
+  // Integers in plain decimal (wholeNumberIn); the ranges that name a suite's limits are
+  // checked by checkBenchOptions.
+  constexpr int kIntMin = std::numeric_limits<int>::min(),
+                kIntMax = std::numeric_limits<int>::max();
+  constexpr auto kSizeMax = std::numeric_limits<std::size_t>::max();
   cmd.add_option("-k,--clusters", o.clusters, "Cluster counts to run (default 8,32; blobs 100)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->transform(wholeNumberIn(kIntMin, kIntMax));
   cmd.add_option("--threads", o.threads, "CPU threads for both (0 = all cores)")
+      ->transform(wholeNumberIn(kIntMin, kIntMax))
       ->capture_default_str();
   cmd.add_option("--repeats", o.repeats, "Repetitions; the median time is reported")
+      ->transform(wholeNumberIn(kIntMin, kIntMax))
       ->capture_default_str();
-  cmd.add_option("--seed", o.seed, "Seed of the initial centres")->capture_default_str();
+  cmd.add_option("--seed", o.seed, "Seed of the initial centres")
+      ->transform(wholeNumberIn<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
   cmd.add_option("--modes", o.modes,
                  "gpu, distances, blobs: the modes to run, e.g. fp32,fp16>fp32 (all)")
       ->delimiter(',');
@@ -167,9 +178,11 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
       },
       ">= 1");
   cmd.add_option("--dim", o.dim, "distances, blobs: features per row (default 128; blobs 10)")
+      ->transform(wholeNumberIn<std::size_t>(0, kSizeMax))
       ->check(atLeastOne);
   cmd.add_option("--points", o.points,
                  "distances: rows of P and of C (default 1000); blobs: samples (default 100000)")
+      ->transform(wholeNumberIn<std::size_t>(0, kSizeMax))
       ->check(atLeastOne);
   cmd.add_option("--noise", o.noise, "distances: near points are C = P + noise N(0, I)")
       ->capture_default_str();
@@ -207,6 +220,10 @@ void checkBenchOptions(const BenchOptions& o) {
                           std::to_string(kMaxDistancePoints) + "] for the distances suite");
   if (o.suite == "blobs") {
     const std::size_t n = o.points ? o.points : 100000, d = o.dim ? o.dim : 10;
+    for (int k : benchClusters(o))
+      if (std::size_t(k) > n)
+        throw InvalidArgument("--clusters: K = " + std::to_string(k) + " exceeds the " +
+                              std::to_string(n) + " samples of the blobs (--points)");
     if (n > kMaxBlobValues / d)
       throw InvalidArgument("--points " + std::to_string(n) + " x --dim " + std::to_string(d) +
                             " exceeds the blobs suite's " + std::to_string(kMaxBlobValues) +
@@ -220,7 +237,7 @@ void checkBenchOptions(const BenchOptions& o) {
     throw InvalidArgument("--rho must be > 2 and finite");
   (void)parseBackend(o.backend);
   if (o.repeats < 1) throw InvalidArgument("--repeats must be >= 1");
-  for (const std::string& m : o.modes) (void)parseMode(m);
+  (void)parseModeList(o.modes);
   if (o.threads < 0 || o.threads > kMaxThreads)
     throw InvalidArgument("--threads " + std::to_string(o.threads) + " is outside [0, " +
                           std::to_string(kMaxThreads) + "] (0 = all cores)");

@@ -37,6 +37,19 @@ std::string secondsText(double seconds) {
   return buf;
 }
 
+std::vector<Mode> parseModeList(const std::vector<std::string>& names) {
+  std::vector<Mode> modes;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const Mode m = parseMode(names[i]);
+    for (std::size_t j = 0; j < modes.size(); ++j)
+      if (modes[j] == m)
+        throw InvalidArgument("--modes names " + std::string(modeName(m)) + " twice ('" + names[j] +
+                              "' and '" + names[i] + "'): name each mode once");
+    modes.push_back(m);
+  }
+  return modes;
+}
+
 namespace {
 
 std::string formatRow(const char* mode, const KMeansResult& r, const Comparison* c) {

@@ -40,6 +40,11 @@ void runCommand(const std::string& command, const Options& options);
 /// a small photo ("0.004123") to a CPU run of a large one ("123.5").
 std::string secondsText(double seconds);
 
+/// The modes of a --modes list, in the order given. Throws InvalidArgument for an unknown name
+/// and for a mode named twice (also as fp16>fp32 and fp16-fp32): its runs would write the same
+/// files.
+std::vector<Mode> parseModeList(const std::vector<std::string>& names);
+
 /// Wall-clock seconds since `t0` (steady clock).
 inline double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

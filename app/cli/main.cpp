@@ -5,7 +5,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -18,10 +17,12 @@
 #include "kmseg/error.h"
 #include "kmseg/features.h"
 #include "kmseg/workflow.h"
+#include "number_options.h"
 
 namespace {
 
 using kmseg::cli::Options;
+using kmseg::cli::wholeNumberIn;
 
 // Option values as typed; converted and checked after parsing so that every bad value gets the
 // library's message (which names the value and the valid range).
@@ -39,28 +40,17 @@ struct RawOptions {
   bool quiet = false;
 };
 
-// A CLI11 check for an unsigned option: the value must be a whole number in [min, max], without
-// sign. (CLI11's own conversion wraps "-1" around and clamps values beyond the type's range.)
-CLI::Validator unsignedIn(std::uint64_t min, std::uint64_t max) {
-  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
-  return CLI::Validator(
-      [min, max, range](std::string& text) -> std::string {
-        std::uint64_t v = 0;
-        const char* end = text.data() + text.size();
-        const auto [stop, ec] = std::from_chars(text.data(), end, v);
-        if (text.empty() || ec != std::errc() || stop != end || v < min || v > max)
-          return "'" + text + "' is not a whole number in " + range;
-        return {};
-      },
-      "UINT in " + range, "unsigned");
-}
-
 void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   cmd.add_option("IMAGE", o.image,
                  "Photo to segment (JPEG, PNG, BMP, TGA, PSD, GIF, HDR, PIC, PNM)")
       ->required();
   auto& p = o.workflow.kmeans;
-  cmd.add_option("-k,--clusters", p.k, "Number of clusters K (>= 1)")->capture_default_str();
+  // K and the iteration cap take any int here: the library's checks name their limits.
+  constexpr int kIntMin = std::numeric_limits<int>::min(),
+                kIntMax = std::numeric_limits<int>::max();
+  cmd.add_option("-k,--clusters", p.k, "Number of clusters K (>= 1)")
+      ->transform(wholeNumberIn(kIntMin, kIntMax))
+      ->capture_default_str();
   cmd.add_option("--rho", p.rho, "Safety factor of the reliability test of mixed modes (> 2)")
       ->capture_default_str();
   cmd.add_option("--working", raw.working,
@@ -70,9 +60,10 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   cmd.add_option("--init", raw.init, "Initial centres: random (K distinct pixels) or kmeans++")
       ->capture_default_str();
   cmd.add_option("--seed", o.workflow.seed, "Seed of the initial centres")
-      ->check(unsignedIn(0, std::numeric_limits<std::uint64_t>::max()))
+      ->transform(wholeNumberIn<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
   cmd.add_option("--max-iter", p.maxIterations, "Iteration cap t_max (>= 1)")
+      ->transform(wholeNumberIn(kIntMin, kIntMax))
       ->capture_default_str();
   cmd.add_option("--tol", p.tolerance, "Stop when the relative centre shift is below this (>= 0)")
       ->capture_default_str();
@@ -89,13 +80,13 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   cmd.add_option("--backend", raw.backend, "Engine: auto (GPU when one answers), cuda, or cpu")
       ->capture_default_str();
   cmd.add_option("--threads", p.threads, "CPU threads (0 = all cores, at most 1024)")
-      ->check(CLI::Range(0, kmseg::kMaxThreads))
+      ->transform(wholeNumberIn(0, kmseg::kMaxThreads))
       ->capture_default_str();
   cmd.add_option("-o,--output-dir", o.outputDir, "Directory for label maps and reports")
       ->capture_default_str();
   cmd.add_option("--max-pixels", o.load.maxPixels,
                  "Refuse images with more pixels than this (checked from the file header)")
-      ->check(unsignedIn(1, std::numeric_limits<std::uint64_t>::max()))
+      ->transform(wholeNumberIn<std::uint64_t>(1, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
   cmd.add_option("--palette", raw.palette, "Label colours: distinct or cb-safe (colour-blind safe)")
       ->capture_default_str();
@@ -109,7 +100,7 @@ void finish(Options& o, const RawOptions& raw, bool compare) {
     if (raw.modes.empty()) {
       o.modes.assign(kmseg::kAllModes.begin(), kmseg::kAllModes.end());
     } else {
-      for (const auto& m : raw.modes) o.modes.push_back(kmseg::parseMode(m));
+      o.modes = kmseg::cli::parseModeList(raw.modes);
     }
   } else {
     o.modes = {kmseg::parseMode(raw.mode)};

@@ -494,10 +494,33 @@ fs::path writeTarget(const fs::path& path) {
   return target;
 }
 
+// Creates and removes a file in `dir`: the one test of whether a file can be made there that
+// access() cannot get wrong (it says yes to root everywhere except on read-only mounts).
+// Returns 0 or the errno of the failure.
+int probeDirectory(const fs::path& dir) {
+  std::string pattern = (dir / ".kmseg-probe-XXXXXX").string();
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  const int fd = ::mkostemp(buffer.data(), O_CLOEXEC);
+  if (fd < 0) return errno;
+  ::close(fd);
+  ::unlink(buffer.data());
+  return 0;
+}
+
 }  // namespace
 
 void checkOutputFile(const fs::path& path) {
-  (void)writeTarget(path);
+  const fs::path target = writeTarget(path);
+  // A link's file is replaced by a temporary file made next to the file it points to, in a
+  // directory the output directory's check has not seen.
+  if (target != path) {
+    const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    if (const int err = probeDirectory(dir))
+      throwIo("write", path,
+              "it is a link to '" + target.string() + "', and no file can be created in '" +
+                  dir.string() + "' (" + errnoText(err) + ")");
+  }
 }
 
 void writeFileAtomic(const fs::path& path, const std::function<void(std::FILE*)>& write) {
@@ -521,18 +544,7 @@ void prepareOutputDirectory(const fs::path& dir) {
     const int err = errno;
     throwIo("write to output directory", d, errnoText(err));
   }
-  // access() says yes to root everywhere except on read-only mounts; creating a file is the
-  // only test that cannot be fooled.
-  std::string pattern = (d / ".kmseg-probe-XXXXXX").string();
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
-  const int fd = ::mkostemp(buffer.data(), O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throwIo("write to output directory", d, errnoText(err));
-  }
-  ::close(fd);
-  ::unlink(buffer.data());
+  if (const int err = probeDirectory(d)) throwIo("write to output directory", d, errnoText(err));
 }
 
 // ---- PNG label maps ----------------------------------------------------------------------------

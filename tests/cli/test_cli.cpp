@@ -324,6 +324,43 @@ TEST(Cli, OutputSetIsCheckedBeforeAnyFileIsWritten) {
   EXPECT_EQ(left, std::vector<std::string>{"small.segment.json"}) << "partial output in " << out;
 }
 
+// An output file that is a link to a file where no file can be created next to it (procfs here):
+// found by the check of the set, before any computation, not after seven maps are written.
+TEST(Cli, OutputLinkIsCheckedBeforeAnyFileIsWritten) {
+  const fs::path tmp = test::freshTempDir("cli-partial-link");
+  std::vector<std::int32_t> labels(100);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = std::int32_t(i % 3);
+  writeColorPng(tmp / "small.png", labels, 10, 10, makePalette(3));
+  const fs::path out = tmp / "o";
+  fs::create_directories(out);
+  fs::create_symlink("/proc/version", out / "small.fp32.mask.png");
+  const CliRun r = kmseg("compare '" + (tmp / "small.png").string() +
+                         "' -k 3 -q --modes fp16,fp32 -o '" + out.string() + "'");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("small.fp32.mask.png': it is a link to '/proc/version'"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << "ran before failing:\n" << r.out;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"small.fp32.mask.png"}) << "partial output in " << out;
+}
+
+// Integer options are decimal as typed: CLI11 alone would read 010 as octal 8 and 0x10 as 16.
+TEST(Cli, IntegerOptionsAreReadAsDecimal) {
+  const fs::path out = test::freshTempDir("cli-decimal");
+  const CliRun r = kmseg(
+      "segment samples/coffee.png -k 010 --max-iter 007 --seed 010 --threads "
+      "+01 -m fp32 --no-maps -q -o '" +
+      out.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto p = nlohmann::json::parse(readAll(out / "coffee.segment.json"))["parameters"];
+  EXPECT_EQ(p["k"], 10) << p.dump();
+  EXPECT_EQ(p["max_iterations"], 7) << p.dump();
+  EXPECT_EQ(p["seed"], 10) << p.dump();
+  EXPECT_EQ(p["threads"], 1) << p.dump();
+}
+
 // An unwritable --json path fails before the benchmark runs, not after it.
 TEST(Cli, BenchChecksItsJsonPathFirst) {
   const fs::path tmp = test::freshTempDir("cli-bench-json");
@@ -440,6 +477,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"kdistinct", "segment $T/two.png -k 3 --spatial-weight 0", 1,
                 "distinct feature rows (2)"},
         BadCase{"mode", "segment samples/coffee.png --mode fp8", 2, "unknown precision mode"},
+        BadCase{"khex", "segment samples/coffee.png -k 0x10", 2, "--clusters",
+                "'0x10' is not a whole number"},
+        BadCase{"maxiterfraction", "segment samples/coffee.png --max-iter 2.5", 2, "--max-iter",
+                "'2.5' is not a whole number"},
+        BadCase{"duplicatemodes", "compare samples/coffee.png --modes 'fp32,fp16-fp32,fp16>fp32'",
+                2, "--modes names fp16>fp32 twice", "('fp16-fp32' and 'fp16>fp32')"},
+        BadCase{"benchduplicatemodes", "bench distances --points 4 --dim 2 --modes fp32,fp32", 2,
+                "--modes names fp32 twice"},
+        BadCase{"benchseedneg", "bench distances --points 4 --dim 2 --seed -1", 2, "--seed",
+                "[0, 18446744073709551615]"},
+        BadCase{"benchpointsneg", "bench distances --points -4", 2, "--points",
+                "'-4' is not a whole number"},
+        BadCase{"blobsk", "bench blobs --points 50 -k 2,100 --dim 2 --modes fp32", 2,
+                "K = 100 exceeds the 50 samples of the blobs"},
         BadCase{"rho", "segment samples/coffee.png --rho 2", 2, "rho = 2 is invalid",
                 "rho must be > 2"},
         BadCase{"maxiter", "segment samples/coffee.png --max-iter 0", 2, "max iterations"},

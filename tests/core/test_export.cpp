@@ -366,6 +366,31 @@ TEST(ExportTest, AtomicWriteThroughSymlinkKeepsLink) {
   EXPECT_EQ(entries(dir / "real"), std::set<std::string>{"a.txt"});
 }
 
+TEST(ExportTest, CheckSeesALinkToAFileWhereNoFileCanBeCreated) {
+  // A link to a file on procfs (or in a read-only directory): the file could be written in
+  // place, but not replaced through a temporary file beside it, so the check of a set of outputs
+  // must fail before the first file of the set is written, and name both paths. (A dangling
+  // link is replaced by the file, in the link's own directory.)
+  const fs::path dir = kmseg::test::freshTempDir("export-check-link");
+  fs::create_symlink("/proc/version", dir / "proc.png");
+  try {
+    kmseg::checkOutputFile(dir / "proc.png");
+    ADD_FAILURE() << "no error for a link to /proc/version";
+  } catch (const kmseg::IoError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find((dir / "proc.png").string() + "': it is a link to '/proc/version'"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_THROW(kmseg::writeFileAtomic(dir / "proc.png", "data"), kmseg::IoError);
+  // A link into a writable directory passes and leaves no probe behind.
+  fs::create_directory(dir / "real");
+  fs::create_symlink("real/a.png", dir / "ok.png");
+  kmseg::checkOutputFile(dir / "ok.png");
+  EXPECT_TRUE(entries(dir / "real").empty());
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"ok.png", "proc.png", "real"}));
+}
+
 TEST(ExportTest, AtomicWriteUnderFileOrMissingDirFails) {
   const fs::path dir = kmseg::test::freshTempDir("export-atomic-nodir");
   kmseg::writeFileAtomic(dir / "file.txt", "x");

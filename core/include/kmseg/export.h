@@ -48,8 +48,10 @@ void writeFileAtomic(const std::filesystem::path& path,
                      const std::function<void(std::FILE*)>& write);
 
 /// Throws IoError naming `path` when writeFileAtomic would refuse it before writing: an existing
-/// directory or non-regular file there (through a symbolic link, at the file it names). Writes
-/// nothing, so a set of outputs can be checked before its first file is written.
+/// directory or non-regular file there (through a symbolic link, at the file it names), or a
+/// link to a file in a directory where no file can be created. Leaves nothing behind (for a
+/// link it creates and removes a probe file beside the link's file), so a set of outputs can be
+/// checked before its first file is written.
 void checkOutputFile(const std::filesystem::path& path);
 
 /// Creates `dir` (and parents) if needed; an empty path means the current directory. Throws
