@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -81,6 +82,11 @@ bool startsWith(const Bytes& d, std::string_view magic) {
 
 // Names the format from its signature, in the order stb_image tries them; TGA has no signature
 // and is stb's last guess.
+std::string upper(std::string s) {
+  for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
 std::string formatName(const Bytes& d) {
   if (startsWith(d, "\xFF\xD8")) return "jpeg";
   if (startsWith(d, "\x89PNG\r\n\x1A\n")) return "png";
@@ -383,6 +389,19 @@ std::string gifTruncation(const Bytes& d) {
 // or run-length, after a table of 2 bytes per row and channel, PackBits packets until each plane
 // has width * height bytes. stb_image reads zeros past the end, so a cut file decodes to a
 // partly black image.
+// A PSD's compression field (0 raw, 1 run-length), after the header and its three sections;
+// none when the file ends before it.
+std::optional<unsigned> psdCompression(const Bytes& d) {
+  const std::uint64_t n = d.size();
+  std::uint64_t pos = 26;
+  for (int section = 0; section < 3; ++section) {
+    if (pos + 4 > n) return std::nullopt;
+    pos += 4 + std::uint64_t(be32(d, pos));
+  }
+  if (pos + 2 > n) return std::nullopt;
+  return unsigned(d[pos]) << 8 | d[pos + 1];
+}
+
 std::string psdTruncation(const Bytes& d, const ImageInfo& info) {
   const std::uint64_t n = d.size();
   if (n < 26) return "its PSD header needs 26 bytes";
@@ -608,9 +627,14 @@ ImageInfo readInfo(const Bytes& d, const fs::path& path) {
   }
   info.bitDepth = stbi_is_16_bit_from_memory(d.data(), length) ? 16 : 8;
   info.format = formatName(d);
+  // stb_image's 16-bit test does not read a PSD's depth (2 bytes at offset 22): 16-bit PSDs
+  // would decode to 8 bits.
+  if (info.format == "psd" && d.size() >= 24 && (unsigned(d[22]) << 8 | d[23]) == 16)
+    info.bitDepth = 16;
   // stb_image's info call passes on a top-down BMP's negative height; its decoder does not.
   if (info.format == "bmp" && info.height < 0)
     info.height = info.height == INT_MIN ? INT_MAX : -info.height;
+
   if (info.format == "jpeg") info.orientation = exifOrientation(d);
   return info;
 }
@@ -631,9 +655,19 @@ std::vector<T> decode(const Bytes& d, const ImageInfo& info, const fs::path& pat
     pixels.reset(stbi_load_16_from_memory(d.data(), length, &w, &h, &channels, 3));
   else
     pixels.reset(stbi_load_from_memory(d.data(), length, &w, &h, &channels, 3));
-  if (!pixels)
-    throw IoError("cannot decode image file " + quoted(path) + ": " + stbReason() +
+  if (!pixels) {
+    const std::string reason = stbReason();
+    // The readers' size limits that loadImage does not check (those of PNG, PNM and every side
+    // are checked there): most readers decode into 4 bytes a pixel, HDR into 3 floats.
+    if (reason == "too large")
+      throw InvalidArgument(
+          "image file " + quoted(path) + " is " + std::to_string(info.width) + " x " +
+          std::to_string(info.height) + " pixels, more than the decoder takes for a " +
+          upper(info.format) + " file: stb_image decodes it into at most " +
+          std::to_string(kDecoderByteLimit) + " bytes, at up to 4 bytes a pixel (12 for HDR)");
+    throw IoError("cannot decode image file " + quoted(path) + ": " + reason +
                   " (the file is corrupt or truncated)");
+  }
   if (w != info.width || h != info.height)
     throw IoError("image file " + quoted(path) + " decoded to " + std::to_string(w) + " x " +
                   std::to_string(h) + " pixels, but its header says " + std::to_string(info.width) +
@@ -688,8 +722,20 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
   const Bytes bytes = readFile(path);
   const ImageInfo info = readInfo(bytes, path);
 
-  const std::uint64_t pixels = std::uint64_t(info.width) * std::uint64_t(info.height);
   const std::string size = std::to_string(info.width) + " x " + std::to_string(info.height);
+  // A header of no pixels, or a negative width (which stb_image passes on from a BMP), would
+  // reach the pixel limit or K's check as a size: a cut file (whose header stb_image reads as
+  // zeros) or a corrupt one.
+  if (info.width < 1 || info.height < 1) {
+    if (const std::string cut =
+            info.width < 0 || info.height < 0 ? std::string() : truncation(bytes, info);
+        !cut.empty())
+      throw IoError("image file " + quoted(path) + " is truncated: " + cut + "; the file has " +
+                    std::to_string(bytes.size()) + " bytes");
+    throw IoError("cannot decode image file " + quoted(path) + ": its " + upper(info.format) +
+                  " header declares " + size + " pixels (the file is corrupt)");
+  }
+  const std::uint64_t pixels = std::uint64_t(info.width) * std::uint64_t(info.height);
   if (pixels > options.maxPixels)
     throw InvalidArgument("image file " + quoted(path) + " is " + size + " = " +
                           std::to_string(pixels) + " pixels, more than the limit of " +
@@ -700,6 +746,18 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
                           std::to_string(info.bitDepth) + " bits, " + std::to_string(decodedBytes) +
                           " bytes of RGB samples, more than the decoder's limit of " +
                           std::to_string(kDecoderByteLimit) + " bytes");
+
+  if (std::uint64_t(info.width) > kStbMaxSide || std::uint64_t(info.height) > kStbMaxSide)
+    throw InvalidArgument("image file " + quoted(path) + " is " + size +
+                          " pixels, more than the decoder takes: stb_image reads images of at "
+                          "most " +
+                          std::to_string(kStbMaxSide) + " pixels a side");
+  // stb_image unpacks a run-length PSD one byte a sample whatever its depth: a 16-bit one would
+  // decode to wrong colours without an error.
+  if (info.format == "psd" && info.bitDepth == 16 && psdCompression(bytes) == 1u)
+    throw InvalidArgument("image file " + quoted(path) +
+                          " is a 16-bit PSD with run-length compression, which the decoder does "
+                          "not read correctly: save it uncompressed, or as a 16-bit PNG");
 
   // Only a PNG can get here with a header that stb_image refuses (see readInfo).
   if (const std::optional<PngHeader> png = pngHeader(bytes); png && stbRefuses(*png))

@@ -182,6 +182,28 @@ std::vector<char> psdBytes(int width, int height, bool rle) {
   return bytes;
 }
 
+// A 16-bit RGB PSD, raw: sample c of pixel (x, y) is psd16Sample(x, y, c), big-endian. With
+// `rle` only its compression field says run-length (the body is the raw one).
+std::uint16_t psd16Sample(int x, int y, int c) {
+  return std::uint16_t(4099 * (x + 1) + 257 * y + 31 * c + 1);
+}
+std::vector<char> psd16Bytes(int width, int height, bool rle) {
+  std::vector<char> bytes = {'8', 'B', 'P', 'S', 0, 1, 0, 0, 0, 0, 0, 0, 0, 3};
+  auto putBe = [&](std::uint32_t v, int count) {
+    for (int k = count - 1; k >= 0; --k) bytes.push_back(char((v >> (8 * k)) & 0xFF));
+  };
+  putBe(std::uint32_t(height), 4);
+  putBe(std::uint32_t(width), 4);
+  putBe(16, 2);  // bits per channel
+  putBe(3, 2);   // RGB
+  for (int section = 0; section < 3; ++section) putBe(0, 4);
+  putBe(rle ? 1 : 0, 2);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < height; ++y)
+      for (int x = 0; x < width; ++x) putBe(psd16Sample(x, y, c), 2);
+  return bytes;
+}
+
 // A Radiance HDR whose pixels are RGBE (pattern, exponent 128): run-length scanlines (each
 // component as literal packets of at most 128 bytes) when `width` is 8 to 32767, else flat.
 std::vector<char> hdrBytes(int width, int height) {
@@ -535,6 +557,76 @@ TEST(ImageOrientationApply, RejectsValuesOutside1To8) {
   EXPECT_THROW(kmseg::applyOrientation(image, 9), InvalidArgument);
   image.rgb8.pop_back();
   EXPECT_THROW(kmseg::applyOrientation(image, 6), InvalidArgument);
+}
+
+// stb_image's 16-bit test does not read a PSD's depth; its reader keeps 16 bits when asked.
+TEST(ImageIo, SixteenBitPsdStaysSixteenBit) {
+  const int w = 5, h = 3;
+  const Image image = kmseg::loadImage(
+      writeBytes(freshTempDir("image-io-psd16") / "a.psd", psd16Bytes(w, h, false)));
+  ASSERT_EQ(image.bitDepth, 16);
+  ASSERT_EQ(image.width, w);
+  ASSERT_EQ(image.height, h);
+  ASSERT_EQ(image.rgb16.size(), std::size_t(w * h * 3));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c)
+        EXPECT_EQ(image.rgb16[std::size_t((y * w + x) * 3 + c)], psd16Sample(x, y, c))
+            << x << "," << y << "," << c;
+}
+
+// Its run-length reader takes one byte a sample whatever the depth: refused, not decoded to
+// wrong colours.
+TEST(ImageIoError, SixteenBitRunLengthPsd) {
+  const fs::path path =
+      writeBytes(freshTempDir("image-io-psd16-rle") / "rle.psd", psd16Bytes(5, 3, true));
+  const std::string message = messageOf<InvalidArgument>(path);
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("16-bit PSD with run-length compression"), std::string::npos) << message;
+}
+
+// A header of no pixels, or of a negative width (stb_image passes a BMP's on), is corrupt: not
+// an image of 0 pixels, nor one beyond the pixel limit.
+TEST(ImageIoError, HeaderWithoutPixels) {
+  const fs::path dir = freshTempDir("image-io-no-pixels");
+  for (const std::int32_t width : {0, -5}) {
+    std::vector<char> bytes = bmpBytes(5, 3);
+    for (int k = 0; k < 4; ++k)
+      bytes[std::size_t(18 + k)] = char((std::uint32_t(width) >> (8 * k)) & 0xFF);
+    const fs::path path = writeBytes(dir / ("w" + std::to_string(width) + ".bmp"), bytes);
+    const std::string message = messageOf<IoError>(path);
+    EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("its BMP header declares " + std::to_string(width) + " x 3 pixels"),
+              std::string::npos)
+        << message;
+  }
+}
+
+// The decoder's limits beyond the pixel limit name themselves, before any pixel is decoded:
+// 2^24 pixels a side in every format, and the bytes a reader decodes into (a GIF's 4 a pixel).
+TEST(ImageIoError, BeyondTheDecodersLimits) {
+  const fs::path dir = freshTempDir("image-io-decoder-limits");
+  std::vector<char> bmp = bmpBytes(5, 1);
+  const std::uint32_t wide = (1u << 24) + 1;
+  for (int k = 0; k < 4; ++k) bmp[std::size_t(18 + k)] = char((wide >> (8 * k)) & 0xFF);
+  const fs::path wideBmp = writeBytes(dir / "wide.bmp", bmp);
+  std::string message = messageOf<InvalidArgument>(wideBmp);
+  EXPECT_NE(message.find("16777217 x 1 pixels"), std::string::npos) << message;
+  EXPECT_NE(message.find("at most 16777216 pixels a side"), std::string::npos) << message;
+
+  // 30000 x 20000 (6e8 pixels, 1.8e9 bytes of RGB) passes the byte limit of RGB samples, but a
+  // GIF decodes into 4 bytes a pixel. Only the logical screen is that large.
+  std::vector<char> gif = gifBytes(2, 2);
+  gif[6] = char(30000 & 0xFF), gif[7] = char(30000 >> 8);
+  gif[8] = char(20000 & 0xFF), gif[9] = char(20000 >> 8);
+  LoadOptions options;
+  options.maxPixels = 1'000'000'000;
+  const fs::path hugeGif = writeBytes(dir / "huge.gif", gif);
+  message = messageOf<InvalidArgument>(hugeGif, options);
+  EXPECT_NE(message.find(hugeGif.string() + "' is 30000 x 20000 pixels"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("for a GIF file"), std::string::npos) << message;
+  EXPECT_NE(message.find("2147483647 bytes"), std::string::npos) << message;
 }
 
 TEST(ImageIoError, MissingFile) {
