@@ -245,10 +245,10 @@ void checkBenchOptions(const BenchOptions& o) {
 
 void runBench(const BenchOptions& o) {
   // Fail on an unwritable --json path before the benchmark, as segment and compare do for -o.
-  if (!o.json.empty()) {
-    prepareOutputDirectory(o.json.parent_path());
-    checkOutputFile(o.json);
-  }
+  // Its directory goes again if the benchmark ends without writing the file.
+  CreatedDirectories created(o.json.empty() ? std::vector<std::filesystem::path>()
+                                            : prepareOutputDirectory(o.json.parent_path()));
+  if (!o.json.empty()) checkOutputFile(o.json);
   // The paper's suites need no photo.
   if (o.suite == "distances") {
     runDistanceBench(o);

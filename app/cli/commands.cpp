@@ -127,7 +127,9 @@ void runCommand(const std::string& command, const Options& o) {
   // Fail on an unusable output directory, or on any output path that cannot be written (e.g. an
   // existing directory of that name), before spending time on the image and before the first
   // file of the set is written.
-  prepareOutputDirectory(o.outputDir);
+  // The directories made for the outputs go again if the command ends before it wrote into them
+  // (an unreadable image, an error in a run, an interrupt); one that holds a file stays.
+  CreatedDirectories created(prepareOutputDirectory(o.outputDir));
   const OutputFiles files = outputFiles(o.outputDir, o.image.stem().string(), command, o.modes);
   for (const auto& path : files.all(o.saveMaps)) checkOutputFile(path);
 
@@ -232,6 +234,7 @@ void runCommand(const std::string& command, const Options& o) {
   writeFileAtomic(files.csv, reportCsv(report));
   std::printf("wrote %zu files to %s (report: %s)\n", files.all(o.saveMaps).size(),
               o.outputDir.string().c_str(), files.json.filename().string().c_str());
+  created.keep();
 }
 
 }  // namespace kmseg::cli

@@ -530,21 +530,45 @@ void writeFileAtomic(const fs::path& path, const std::function<void(std::FILE*)>
   temp.commit();
 }
 
-void prepareOutputDirectory(const fs::path& dir) {
+std::vector<fs::path> prepareOutputDirectory(const fs::path& dir) {
   const fs::path d = dir.empty() ? fs::path(".") : dir;
   std::error_code ec;
   const fs::file_status st = fs::status(d, ec);
   if (fs::exists(st) && !fs::is_directory(st))
     throwIo("use output directory", d, "it exists and is not a directory");
+  std::vector<fs::path> created;
   if (!fs::exists(st)) {
+    // The missing ancestors, outermost first (a path that normalises away, such as "a/..",
+    // creates what create_directories creates and is left out).
+    fs::path normal = d.lexically_normal();
+    if (!normal.has_filename()) normal = normal.parent_path();  // "out/" names "out"
+    for (fs::path p = normal; !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      if (fs::exists(fs::symlink_status(p, ec))) break;
+      created.insert(created.begin(), p);
+      if (!p.has_parent_path()) break;
+    }
     fs::create_directories(d, ec);
-    if (ec) throwIo("create output directory", d, ec.message());
+    if (ec) {
+      removeEmptyDirectories(created);
+      throwIo("create output directory", d, ec.message());
+    }
   }
+  CreatedDirectories undo(created);
   if (::access(d.c_str(), W_OK | X_OK) != 0) {
     const int err = errno;
     throwIo("write to output directory", d, errnoText(err));
   }
   if (const int err = probeDirectory(d)) throwIo("write to output directory", d, errnoText(err));
+  undo.keep();
+  return created;
+}
+
+void removeEmptyDirectories(const std::vector<fs::path>& dirs) noexcept {
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    std::error_code ec;
+    if (fs::is_directory(fs::symlink_status(*it, ec)) && fs::is_empty(*it, ec) && !ec)
+      fs::remove(*it, ec);
+  }
 }
 
 // ---- PNG label maps ----------------------------------------------------------------------------

@@ -226,10 +226,10 @@ TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
   for (const std::string& line : lines)
     for (const char* start : {"fp16 ", "fp32 ", "wrote "})
       EXPECT_NE(line.rfind(start, 0), 0u) << line;
-  // The output folder was made (checked before the runs) but holds nothing, not even a
-  // temporary file.
-  EXPECT_TRUE(fs::is_directory(out));
-  EXPECT_TRUE(fs::is_empty(out));
+  // The output folder was made (checked before the runs) and removed again: it held nothing,
+  // not even a temporary file.
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(fs::is_empty(out.parent_path()));
 }
 
 // One pixel unlike the 25 599 others: under z-score normalisation its colour columns reach
@@ -287,7 +287,7 @@ TEST_P(CliBadInput, OneClearLineAndNoOutput) {
   std::string args = c.args;
   for (std::string::size_type at; (at = args.find("$T")) != std::string::npos;)
     args.replace(at, 2, tmp.string());
-  const fs::path out = tmp / "out";
+  const fs::path out = tmp / "out" / "sub";
   // segment and compare write into a fresh directory, unless the case names its own.
   const bool writes = args.rfind("segment", 0) == 0 || args.rfind("compare", 0) == 0;
   if (writes && args.find(" -o ") == std::string::npos) args += " -q -o '" + out.string() + "'";
@@ -298,6 +298,8 @@ TEST_P(CliBadInput, OneClearLineAndNoOutput) {
   EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(c.limit), std::string::npos) << r.err;
   EXPECT_TRUE(emptyDir(out)) << "partial output in " << out;
+  // Nor the directories made for the outputs.
+  EXPECT_FALSE(fs::exists(tmp / "out")) << "left behind: " << tmp / "out";
   // Nothing on stdout either (no table header before the error), except where the error comes
   // from the run itself: too few distinct rows are found by the initialisation.
   if (c.name != "kdistinct") EXPECT_EQ(r.out, "") << r.out;

@@ -418,10 +418,32 @@ TEST(ExportTest, AtomicWriteOnProcFails) {
 
 TEST(ExportTest, PrepareOutputDirectoryCreatesNested) {
   const fs::path dir = kmseg::test::freshTempDir("export-prepare");
-  kmseg::prepareOutputDirectory(dir / "a" / "b" / "c");
+  const std::vector<fs::path> created = kmseg::prepareOutputDirectory(dir / "a" / "b" / "c");
   EXPECT_TRUE(fs::is_directory(dir / "a" / "b" / "c"));
-  EXPECT_TRUE(entries(dir / "a" / "b" / "c").empty());   // the probe file is gone
-  kmseg::prepareOutputDirectory(dir / "a" / "b" / "c");  // existing is fine
+  EXPECT_TRUE(entries(dir / "a" / "b" / "c").empty());  // the probe file is gone
+  EXPECT_EQ(created, (std::vector<fs::path>{dir / "a", dir / "a" / "b", dir / "a" / "b" / "c"}));
+  // Existing is fine, and creates nothing; "d/" names d.
+  EXPECT_TRUE(kmseg::prepareOutputDirectory(dir / "a" / "b" / "c").empty());
+  EXPECT_EQ(kmseg::prepareOutputDirectory(dir / "a" / "d/"),
+            std::vector<fs::path>{dir / "a" / "d"});
+
+  // Removing them again takes the empty ones only, innermost first: a file keeps its directory
+  // and the ones above it.
+  std::ofstream(dir / "a" / "d" / "kept.txt") << "x";
+  kmseg::removeEmptyDirectories(created);
+  EXPECT_FALSE(fs::exists(dir / "a" / "b"));
+  EXPECT_TRUE(fs::exists(dir / "a" / "d" / "kept.txt"));
+  EXPECT_EQ(entries(dir / "a"), std::set<std::string>{"d"});
+  {
+    kmseg::CreatedDirectories undo(kmseg::prepareOutputDirectory(dir / "e" / "f"));
+    EXPECT_TRUE(fs::is_directory(dir / "e" / "f"));
+  }
+  EXPECT_FALSE(fs::exists(dir / "e"));
+  {
+    kmseg::CreatedDirectories kept(kmseg::prepareOutputDirectory(dir / "g"));
+    kept.keep();
+  }
+  EXPECT_TRUE(fs::is_directory(dir / "g"));
 }
 
 TEST(ExportTest, PrepareOutputDirectoryRejectsFileAndUnwritable) {

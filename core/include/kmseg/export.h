@@ -56,8 +56,31 @@ void checkOutputFile(const std::filesystem::path& path);
 
 /// Creates `dir` (and parents) if needed; an empty path means the current directory. Throws
 /// IoError when it is an existing non-directory, cannot be created, or is not writable (checked
-/// by creating and removing a probe file, since access() says yes to root).
-void prepareOutputDirectory(const std::filesystem::path& dir);
+/// by creating and removing a probe file, since access() says yes to root). Returns the
+/// directories it created, outermost first, so that a command that fails later can remove them
+/// (removeEmptyDirectories).
+std::vector<std::filesystem::path> prepareOutputDirectory(const std::filesystem::path& dir);
+
+/// Removes each of `dirs` that is (by then) an empty directory, innermost first: what
+/// prepareOutputDirectory created for outputs that were never written. Never throws.
+void removeEmptyDirectories(const std::vector<std::filesystem::path>& dirs) noexcept;
+
+/// The directories prepareOutputDirectory created for a command's outputs: removed again when
+/// empty (removeEmptyDirectories) on destruction, unless kept once the outputs are written.
+class CreatedDirectories {
+ public:
+  explicit CreatedDirectories(std::vector<std::filesystem::path> dirs) : dirs_(std::move(dirs)) {}
+  CreatedDirectories(const CreatedDirectories&) = delete;
+  CreatedDirectories& operator=(const CreatedDirectories&) = delete;
+  ~CreatedDirectories() {
+    if (!kept_) removeEmptyDirectories(dirs_);
+  }
+  void keep() { kept_ = true; }
+
+ private:
+  std::vector<std::filesystem::path> dirs_;
+  bool kept_ = false;
+};
 
 /// Label map with exact cluster ids: an 8-bit palette PNG coloured with `palette` when k <= 256
 /// (opens in colour in any viewer, pixel value = cluster id, PLTE = the first k colours), a
