@@ -383,15 +383,9 @@ std::string gifTruncation(const Bytes& d) {
   }
 }
 
-// A PSD as stb_image reads it: the 26-byte header, three sections each led by its 4-byte length
-// (colour mode data, image resources, layers and masks), the 2-byte compression, then the
-// first min(channels, 4) channel planes: raw, width * height samples of depth / 8 bytes each;
-// or run-length, after a table of 2 bytes per row and channel, PackBits packets until each plane
-// has width * height bytes. stb_image reads zeros past the end, so a cut file decodes to a
-// partly black image.
-// A PSD's compression field (0 raw, 1 run-length), after the header and its three sections;
-// none when the file ends before it.
-std::optional<unsigned> psdCompression(const Bytes& d) {
+// Where a PSD's 2-byte compression field lies: after the 26-byte header and three sections,
+// each led by its 4-byte length; none when the file ends before the field.
+std::optional<std::uint64_t> psdCompressionAt(const Bytes& d) {
   const std::uint64_t n = d.size();
   std::uint64_t pos = 26;
   for (int section = 0; section < 3; ++section) {
@@ -399,9 +393,22 @@ std::optional<unsigned> psdCompression(const Bytes& d) {
     pos += 4 + std::uint64_t(be32(d, pos));
   }
   if (pos + 2 > n) return std::nullopt;
-  return unsigned(d[pos]) << 8 | d[pos + 1];
+  return pos;
 }
 
+// A PSD's compression (0 raw, 1 run-length); none when the file ends before it.
+std::optional<unsigned> psdCompression(const Bytes& d) {
+  const std::optional<std::uint64_t> at = psdCompressionAt(d);
+  if (!at) return std::nullopt;
+  return unsigned(d[*at]) << 8 | d[*at + 1];
+}
+
+// A PSD as stb_image reads it: the 26-byte header, three sections each led by its 4-byte length
+// (colour mode data, image resources, layers and masks), the 2-byte compression, then the
+// first min(channels, 4) channel planes: raw, width * height samples of depth / 8 bytes each;
+// or run-length, after a table of 2 bytes per row and channel, PackBits packets until each plane
+// has width * height bytes. stb_image reads zeros past the end, so a cut file decodes to a
+// partly black image.
 std::string psdTruncation(const Bytes& d, const ImageInfo& info) {
   const std::uint64_t n = d.size();
   if (n < 26) return "its PSD header needs 26 bytes";
@@ -409,12 +416,9 @@ std::string psdTruncation(const Bytes& d, const ImageInfo& info) {
   const std::uint64_t depth = std::uint64_t(d[22]) << 8 | d[23];
   const std::uint64_t pixels = std::uint64_t(info.width) * std::uint64_t(info.height);
   const std::uint64_t planes = std::min<std::uint64_t>(channels, 4);
-  std::uint64_t pos = 26;
-  for (int section = 0; section < 3; ++section) {
-    if (pos + 4 > n) return "its PSD sections end before the image data";
-    pos += 4 + std::uint64_t(be32(d, pos));
-  }
-  if (pos + 2 > n) return "its PSD sections end before the image data";
+  const std::optional<std::uint64_t> at = psdCompressionAt(d);
+  if (!at) return "its PSD sections end before the image data";
+  std::uint64_t pos = *at;
   const unsigned compression = unsigned(d[pos]) << 8 | d[pos + 1];
   pos += 2;
   if (compression > 1) return {};  // the decoder's to report
