@@ -349,38 +349,109 @@ std::string pnmTruncation(const Bytes& d, const ImageInfo& info) {
 // A GIF's blocks up to the end of its first image's data (the block of length 0 after the LZW
 // data), which is all the decoder reads. LZW has no useful lower bound on its length, so the
 // sub-block lengths are the only sign of a cut.
-std::string gifTruncation(const Bytes& d) {
-  const std::uint64_t n = d.size();
-  const std::string before = "the GIF data ends before its first image";
-  const std::string inside = "the GIF data ends inside its first image";
-  if (n < 13) return before;
-  const auto colourTable = [](unsigned flags) -> std::uint64_t {
-    return flags & 0x80 ? 3 * (2u << (flags & 7)) : 0;
-  };
-  std::uint64_t pos = 13 + colourTable(d[10]);
-  // Skips data sub-blocks up to their terminator; false when the file ends first.
-  const auto skipSubBlocks = [&]() {
-    for (;;) {
-      if (pos >= n) return false;
-      const unsigned length = d[pos++];
-      if (length == 0) return true;
-      pos += length;
-    }
-  };
+// The GIF's colour table size from a flags byte (logical screen or image descriptor).
+std::uint64_t gifColourTable(unsigned flags) {
+  return flags & 0x80 ? 3 * (2u << (flags & 7)) : 0;
+}
+
+// Skips GIF data sub-blocks from `pos` up to their terminator; false when the data ends first.
+bool gifSkipSubBlocks(const Bytes& d, std::uint64_t& pos) {
   for (;;) {
-    if (pos >= n) return before;
+    if (pos >= d.size()) return false;
+    const unsigned length = d[pos++];
+    if (length == 0) return true;
+    pos += length;
+  }
+}
+
+// Walks a GIF's blocks to its first image descriptor. `pos` is then just after the descriptor's
+// ',' tag.
+enum class GifWalk { Image, Ended, Other };
+GifWalk gifFirstImage(const Bytes& d, std::uint64_t& pos) {
+  const std::uint64_t n = d.size();
+  if (n < 13) return GifWalk::Ended;
+  pos = 13 + gifColourTable(d[10]);
+  for (;;) {
+    if (pos >= n) return GifWalk::Ended;
     const unsigned tag = d[pos++];
-    if (tag == 0x21) {  // extension: label, then sub-blocks
-      ++pos;
-      if (!skipSubBlocks()) return before;
-    } else if (tag == 0x2C) {  // image descriptor, local colour table, LZW code size, data
-      if (pos + 9 > n) return inside;
-      pos += 9 + colourTable(d[pos + 8]) + 1;
-      return skipSubBlocks() ? std::string() : inside;
-    } else {
-      return {};  // a trailer or an unknown block: the decoder's to report
+    if (tag == 0x2C) return GifWalk::Image;
+    if (tag != 0x21) return GifWalk::Other;  // a trailer or an unknown block
+    ++pos;                                   // an extension: its label, then sub-blocks
+    if (!gifSkipSubBlocks(d, pos)) return GifWalk::Ended;
+  }
+}
+
+std::string gifTruncation(const Bytes& d) {
+  std::uint64_t pos = 0;
+  switch (gifFirstImage(d, pos)) {
+    case GifWalk::Ended:
+      return "the GIF data ends before its first image";
+    case GifWalk::Other:
+      return {};  // the decoder's to report
+    case GifWalk::Image:
+      break;
+  }
+  const std::string inside = "the GIF data ends inside its first image";
+  // Image descriptor (9 bytes), local colour table, LZW code size, then the data sub-blocks.
+  if (pos + 9 > d.size()) return inside;
+  pos += 9 + gifColourTable(d[pos + 8]) + 1;
+  return gifSkipSubBlocks(d, pos) ? std::string() : inside;
+}
+
+// A complete GIF (see gifTruncation) whose first image's LZW data ends (at its end code or at
+// the end of its sub-blocks) before it has given every pixel of the image: stb_image leaves the
+// rest black without an error. Counts the pixels as its decoder (stbi__process_gif_raster)
+// produces them, from the length of each table entry's string, without decoding them. Empty
+// when the data gives every pixel, or is malformed in a way the decoder reports itself (no
+// clear code first, an invalid code).
+std::string gifShortfall(const Bytes& d) {
+  std::uint64_t pos = 0;
+  if (gifFirstImage(d, pos) != GifWalk::Image || pos + 10 > d.size()) return {};
+  const std::uint64_t width = std::uint64_t(d[pos + 4]) | std::uint64_t(d[pos + 5]) << 8;
+  const std::uint64_t height = std::uint64_t(d[pos + 6]) | std::uint64_t(d[pos + 7]) << 8;
+  pos += 9 + gifColourTable(d[pos + 8]);
+  if (pos >= d.size() || d[pos] > 11) return {};
+  const unsigned minSize = d[pos++];
+  const unsigned clear = 1u << minSize;
+  const std::uint64_t need = width * height;
+  std::vector<std::uint64_t> length(4096, 1);  // of each code's string; 1 for the roots
+  unsigned size = minSize + 1, next = clear + 2;
+  int previous = -1;
+  bool first = true;
+  std::uint64_t got = 0;
+  std::uint32_t bits = 0;
+  unsigned held = 0;
+  const auto shortfall = [&] {
+    return got >= need ? std::string()
+                       : "its first image's compressed data ends after " + std::to_string(got) +
+                             " of its " + std::to_string(width) + " x " + std::to_string(height) +
+                             " = " + std::to_string(need) + " pixels";
+  };
+  while (got < need) {
+    if (pos >= d.size()) return {};
+    const unsigned blockLength = d[pos++];
+    if (blockLength == 0) return shortfall();  // the data ends without an end code
+    for (unsigned i = 0; i < blockLength && got < need; ++i) {
+      if (pos >= d.size()) return {};
+      bits |= std::uint32_t(d[pos++]) << held;
+      for (held += 8; held >= size && got < need;) {
+        const unsigned code = bits & ((1u << size) - 1);
+        bits >>= size;
+        held -= size;
+        if (code == clear) {
+          size = minSize + 1, next = clear + 2, previous = -1, first = false;
+          continue;
+        }
+        if (code == clear + 1) return shortfall();
+        if (first || code > next || (code == next && previous < 0)) return {};
+        if (previous >= 0 && next < 4096) length[next++] = length[unsigned(previous)] + 1;
+        got += length[code];
+        previous = int(code);
+        if (next == (1u << size) && size < 12) ++size;
+      }
     }
   }
+  return {};
 }
 
 // Where a PSD's 2-byte compression field lies: after the 26-byte header and three sections,
@@ -776,6 +847,11 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
   if (const std::string cut = truncation(bytes, info); !cut.empty())
     throw IoError("image file " + quoted(path) + " is truncated: " + cut + "; the file has " +
                   std::to_string(bytes.size()) + " bytes");
+
+  if (info.format == "gif")
+    if (const std::string shortfall = gifShortfall(bytes); !shortfall.empty())
+      throw IoError("cannot decode image file " + quoted(path) + ": " + shortfall +
+                    " (the file is corrupt)");
 
   Image image;
   image.width = info.width;

@@ -855,6 +855,24 @@ TEST(ImageIoError, TruncatedGif) {
   expectPattern(kmseg::loadImage(writeBytes(dir / "no-trailer.gif", noTrailer)), 60, 40, true);
 }
 
+// Complete blocks whose LZW data ends (at its end code) before the image's last pixel: the
+// decoder would leave the rest black without an error.
+TEST(ImageIoError, GifDataShortOfItsPixels) {
+  const fs::path dir = freshTempDir("image-io-short-gif");
+  std::vector<char> bytes = gifBytes(60, 40);  // its data gives 2400 pixels
+  const std::size_t descriptor = 13 + 768 + 1;
+  for (const std::size_t at : {std::size_t(8), descriptor + 6}) bytes[at] = char(43);  // heights
+  const fs::path path = writeBytes(dir / "short.gif", bytes);
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("its first image's compressed data ends after 2400 of its 60 x 43 = "
+                         "2580 pixels (the file is corrupt)"),
+            std::string::npos)
+      << message;
+  // The same data for the 60 x 40 it holds decodes.
+  expectPattern(kmseg::loadImage(writeBytes(dir / "full.gif", gifBytes(60, 40))), 60, 40, true);
+}
+
 TEST(ImageIoError, TruncatedPsd) {
   const fs::path dir = freshTempDir("image-io-truncated-psd");
   const std::vector<char> raw = psdBytes(60, 40, false);
