@@ -5,6 +5,7 @@
 #include <QApplication>
 #include <QCoreApplication>
 #include <QIcon>
+#include <QSaveFile>
 #include <QTimer>
 
 #include <cstdio>
@@ -25,6 +26,18 @@ using kmseg::gui::MainWindow;
 // Opens the image, runs "Compare all modes", saves the window and quits. Exit code 0 on
 // success, 1 with one line on stderr on any failure.
 int runScreenshot(QApplication& app, const LaunchOptions& o) {
+  // A file that cannot be written fails now, not after the comparison: the save's own temporary
+  // file is made beside it and dropped (nothing is left behind).
+  {
+    QSaveFile probe(o.screenshot);
+    if (!probe.open(QIODevice::WriteOnly)) {
+      std::fprintf(stderr, "kmseg-gui: cannot write %s: %s\n",
+                   o.screenshot.toLocal8Bit().constData(),
+                   probe.errorString().toLocal8Bit().constData());
+      return 1;
+    }
+    probe.cancelWriting();
+  }
   MainWindow window(MainWindow::Options{false});
   window.resize(o.windowSize);
   window.show();

@@ -137,7 +137,7 @@ struct Lloyd {
   std::vector<double> drift;              // per centre: total movement so far, rounded up
   double driftMax = 0;                    // running total of the largest movement per iteration
   double xxMax = 0;  // largest ||x~||^2 as computed (infinite when one overflowed): every mode
-  double errorBound = 0, errorFactor = 0;
+  double errorBound = 0, errorFactor = 0, errorFloor = 0;
   // Hamerly's half-distance test: gapMin[a] <= min over j != a of ||c~_a - c~_j||, so by the
   // triangle inequality ||x~ - c~_j|| >= gapMin[a] - u for every j != a whenever
   // u >= ||x~ - c~_a||: a second lower bound on the other centres' distances that needs no
@@ -236,6 +236,7 @@ struct Lloyd {
         // E = 2 gamma_{D+2} (||x||^2 + ||c||^2) bounds the error of the expanded formula; 1.01
         // covers using the computed norms in place of the exact ones.
         errorFactor = 1.01 * 2.0 * gammaN(int(d) + 2, unitRoundoff(lowPrecision(params.mode)));
+        errorFloor = double(4 * d + 4) * double(std::numeric_limits<LowT>::denorm_min());
       }
     }
     if constexpr (kEmulated) {
@@ -319,7 +320,12 @@ struct Lloyd {
           gapMin[j] = std::min(gapMin[j], g);
         }
       // E = 2 gamma_{D+2} (||x||^2 + ||c||^2) <= errorBound for every pair of this iteration.
-      errorBound = errorFactor * (xxMax + ccMax) * kUp;
+      // The relative bound holds only for results in the normal range: a rounding to a
+      // subnormal errs by up to half the least subnormal whatever the value. The expanded value
+      // takes 3 D + 2 roundings (two norms and a dot product of D fmas each, the sum and the
+      // difference), weighted 1 (norms, sum, difference) or 2 (the dot product's), so at most
+      // (4 D + 2) half units; (4 D + 4) whole units cover that with room.
+      errorBound = errorFactor * (xxMax + ccMax) * kUp + errorFloor;
     }
   }
 

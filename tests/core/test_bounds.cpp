@@ -8,9 +8,11 @@
 
 #include <random>
 #include <string>
+#include <utility>
 
 #include "bounds_runs.h"
 #include "kmseg/engine.h"
+#include "kmseg/error.h"
 #include "kmseg/init.h"
 #include "kmseg/kmeans.h"
 #include "test_data.h"
@@ -85,6 +87,25 @@ TEST(Bounds, LargeRoundingErrorFarFromTheOrigin) {
       const Matrix init = gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, 2));
       expectBoundsChangeNothing(data, init, boundsRunParams(mode, k, 60), "offset");
     }
+}
+
+// Data so small that the expanded formula's values are subnormal (in fp32, features of about
+// 1e-21 give squares of about 1e-42, a few hundred units of the least subnormal 1.4e-45; in fp64
+// 1e-160 gives 1e-320): each rounding then errs by up to half that unit whatever the value, an
+// absolute error that no relative margin covers.
+TEST(Bounds, SubnormalDistances) {
+  const Matrix base = blobs(30000, 5, 6, 0.05, 9);
+  const std::pair<Mode, double> cases[] = {
+      {Mode::Fp32, 3e-21}, {Mode::Fp32, 3e-22}, {Mode::Fp64, 1e-160}};
+  for (const auto& [mode, scale] : cases) {
+    Matrix data = base;
+    for (double& v : data.values) v *= scale;
+    for (int k : {3, 8}) {
+      const Matrix init = gatherRows(data, chooseInitialCentres(data, k, Init::RandomPoints, 2));
+      expectBoundsChangeNothing(data, init, boundsRunParams(mode, k, 40),
+                                "subnormal, scale " + numberText(scale));
+    }
+  }
 }
 
 // More centres than distinct points nearby: clusters empty out and are re-seeded, which resets

@@ -116,6 +116,27 @@ TEST(Reliability, FallsBackIsTheTestOfMixedDistance) {
   EXPECT_LT(fell, pairs);
 }
 
+// A pair whose fp16 expanded distance overflows while its sum of norms does not: x = -200,
+// c = 150 gives s = 40000 + 22500 (finite) and d^ = s + 60000 = infinity. An infinite d^ is above
+// every threshold, but it is no distance: the pair must fall back and take the direct value
+// 350^2 = 122500, which fp32 and fp64 hold exactly.
+TEST(Reliability, InfiniteLowPrecisionDistanceFallsBack) {
+  const double x[] = {-200.0}, c[] = {150.0};
+  for (Mode mode : {Mode::Fp16Fp32, Mode::Fp16Fp64}) {
+    const PairDistance r = modeDistance(mode, 5.0, Precision::Fp64, x, c, 1);
+    EXPECT_TRUE(r.fellBack) << modeName(mode);
+    EXPECT_EQ(r.value, 122500.0) << modeName(mode);
+  }
+  // The test itself, in both high precisions: infinity fails whatever the sum of norms.
+  EXPECT_FALSE(reliable<float>(INFINITY, 62500.f, 0.01f));
+  EXPECT_FALSE(reliable<double>(INFINITY, 62500.0, 0.01));
+  EXPECT_FALSE(reliable<double>(NAN, 62500.0, 0.01));
+  EXPECT_FALSE(reliable<double>(1.0, INFINITY, 0.01));
+  EXPECT_TRUE(reliable<double>(1.0, 62500.0, 1e-6));
+  // Uniform fp16 keeps the overflowed value: that is the mode.
+  EXPECT_TRUE(std::isinf(modeDistance(Mode::Fp16, 5.0, Precision::Fp64, x, c, 1).value));
+}
+
 TEST(Reliability, UniformFp32IsAccurateOnFarPoints) {
   EXPECT_LT(measure(Mode::Fp32, Precision::Fp32, false, 16, 1000, 3).maxRelError, 1e-5);
   EXPECT_LT(measure(Mode::Fp64, Precision::Fp64, false, 16, 1000, 3).maxRelError, 1e-13);

@@ -132,6 +132,28 @@ TEST(Lloyd, ReportsRowsWhoseNormOverflowsTheLowPrecision) {
   }
 }
 
+// A point whose fp16 distance to the nearer centre overflows to infinity while its sum of norms
+// stays finite (-200 against 150: d^ = 62500 + 60000), and whose sum of norms with the farther
+// centre overflows too (-200 against 170). Both pairs must fall back; had the infinite d^
+// passed the test, the point would go to the farther centre (370^2 < infinity).
+TEST(Lloyd, InfiniteLowPrecisionDistancesFallBackInMixedModes) {
+  Matrix data(3, 1);
+  const double v[] = {-200, 170, 150};
+  std::copy(v, v + 3, data.values.begin());
+  Matrix init(2, 1);
+  init(0, 0) = 170;
+  init(1, 0) = 150;
+  KMeansParams p;
+  p.k = 2;
+  p.maxIterations = 1;
+  for (Mode mode : {Mode::Fp16Fp32, Mode::Fp16Fp64}) {
+    p.mode = mode;
+    const auto r = makeCpuEngine(1)->run(data, init, p);
+    EXPECT_EQ(r.labels, (std::vector<std::int32_t>{1, 0, 1})) << modeName(mode);
+    EXPECT_GE(r.trace[0].fallbacks, 2) << modeName(mode);
+  }
+}
+
 TEST(Lloyd, TiesGoToTheLowestIndex) {
   Matrix data(1, 1);
   data(0, 0) = 1.0;
@@ -327,9 +349,23 @@ TEST(Lloyd, UpdatedCentre) {
   static_assert(std::is_same_v<decltype(updatedCentre(1.0f, 3, 7.0f)), float>);  // stays in W
   EXPECT_EQ(updatedCentre(0.0f, 0, 7.0f), 7.0f);
   EXPECT_EQ(updatedCentre(-2.5, 1, 0.25), -2.5);
-  // A count past 2^24 rounds to fp32 before the division, as the engines' W(count) does.
+  // A count past 2^24 is not rounded to fp32: 2^24 / (2^24 + 1) is 1 - 2^-24 + 2^-48 - ...,
+  // nearest to the float 1 - 2^-24, where dividing by float(2^24 + 1) = 2^24 would give 1.
   const long long big = (1ll << 24) + 1;
-  EXPECT_EQ(updatedCentre(float(big), big, 0.0f), 1.0f);
+  EXPECT_EQ(updatedCentre(float(1 << 24), big, 0.0f), 1.0f - 0x1p-24f);
+  // 2^24 / (2^24 + 3) lies just above 1 - 3 2^-24, the nearest float (fp32's 2^24 / 2^24 + 4
+  // would be 1 - 4 2^-24 rounded up to 1 - 2^-22).
+  EXPECT_EQ(updatedCentre(float(1 << 24), (1ll << 24) + 3, 0.0f), 1.0f - 3 * 0x1p-24f);
+  // Up to 2^24 the division is fp32's own, bit for bit, and in fp64 double's.
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<long long> count(1, 1ll << 24);
+  std::uniform_real_distribution<float> value(-1e6f, 1e6f);
+  for (int t = 0; t < 200000; ++t) {
+    const long long c = count(rng);
+    const float s = value(rng);
+    ASSERT_EQ(updatedCentre(s, c, 0.0f), s / float(c)) << s << " / " << c;
+    ASSERT_EQ(updatedCentre(double(s), c, 0.0), double(s) / double(c)) << s << " / " << c;
+  }
 }
 
 // Results do not depend on the number of threads: sums use a partition fixed by N, K and D.

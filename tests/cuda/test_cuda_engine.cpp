@@ -665,6 +665,34 @@ TEST(CudaEngine, ReportsRowsBeyondTheLowPrecisionsRangeAsTheCpu) {
   }
 }
 
+// Pairs whose fp16 distance overflows to infinity with a finite sum of norms fall back on the
+// device as on the CPU (the shared reliability test): -200 goes to the centre at 150, not to the
+// one at 170 (see the core test InfiniteLowPrecisionDistancesFallBackInMixedModes). D = 1 and
+// D = 5 (the latter with features beyond the fast pass's range, so the generic pass runs).
+TEST(CudaEngine, InfiniteLowPrecisionDistancesFallBackAsOnTheCpu) {
+  KMSEG_REQUIRE_GPU();
+  auto cpu = makeCpuEngine(0);
+  auto gpu = makeCudaEngine();
+  for (std::size_t d : {std::size_t(1), std::size_t(5)}) {
+    Matrix data(300, d);
+    for (std::size_t i = 0; i < data.rows; ++i)
+      for (std::size_t q = 0; q < d; ++q) {
+        const double base = i % 3 == 0 ? -200.0 : i % 3 == 1 ? 170.0 : 150.0;
+        data(i, q) = q == 0 ? base + 0.001 * double(i % 7) : 0.0;
+      }
+    const Matrix init = gatherRows(data, {1, 2});
+    for (Mode mode : {Mode::Fp16Fp32, Mode::Fp16Fp64}) {
+      SCOPED_TRACE(std::string(modeName(mode)) + ", D = " + std::to_string(d));
+      KMeansParams p = paramsFor(mode, 2, 1);
+      const KMeansResult a = cpu->run(data, init, p);
+      const KMeansResult b = gpu->run(data, init, p);
+      EXPECT_EQ(b.labels, a.labels);
+      EXPECT_EQ(b.labels[0], 1);
+      EXPECT_EQ(b.trace[0].fallbacks, a.trace[0].fallbacks);
+    }
+  }
+}
+
 // KMSEG_CUDA_HOST_LOOP=1 (the loop for profilers and sanitizers) launches the same kernels from
 // the host: labels, centroids, trace and stop must be bit-identical to the graph loop's, with
 // and without re-seeding (the IF branch), with and without the SSE trace, in uniform and mixed

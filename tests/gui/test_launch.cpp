@@ -126,6 +126,24 @@ TEST(Launch, ScreenshotRendersTheWindowAfterARun) {
   p.start(guiBinary(), {QStringLiteral("--screenshot"), shot});
   ASSERT_TRUE(p.waitForFinished(60000));
   EXPECT_EQ(p.exitCode(), 2);
+
+  // A file that cannot be written is named before the image is even opened (this image does not
+  // exist: had the run started, its error would come first), and nothing is left behind.
+  const QString missingDir = QString::fromStdString((dir / "no-such-dir" / "shot.png").string());
+  p.start(guiBinary(), {QStringLiteral("--screenshot"), missingDir,
+                        QString::fromStdString((dir / "no-such-photo.png").string())});
+  ASSERT_TRUE(p.waitForFinished(60000));
+  EXPECT_EQ(p.exitCode(), 1);
+  const QString err = QString::fromLocal8Bit(p.readAllStandardError());
+  EXPECT_TRUE(err.contains(QStringLiteral("cannot write ") + missingDir)) << err.toStdString();
+  EXPECT_FALSE(err.contains(QStringLiteral("no-such-photo"))) << err.toStdString();
+  const QString dirShot = QString::fromStdString(dir.string());  // a directory, not a file
+  p.start(guiBinary(), {QStringLiteral("--screenshot"), dirShot, image});
+  ASSERT_TRUE(p.waitForFinished(60000));
+  EXPECT_EQ(p.exitCode(), 1);
+  EXPECT_TRUE(QString::fromLocal8Bit(p.readAllStandardError()).contains(dirShot));
+  EXPECT_EQ(QDir(dirShot).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden),
+            QStringList{QStringLiteral("shot.png")});
 }
 
 }  // namespace

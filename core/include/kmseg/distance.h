@@ -81,11 +81,13 @@ KMSEG_HOST_DEVICE inline double reliabilityFactor(double rho, int d, Precision l
 
 /// The reliability test in precision H: the low-precision distance is trusted when
 /// d^ > factor * s, with s = fl_low(||x~||^2 + ||c~||^2) (both widened exactly to H, the product
-/// rounded in H). NaN or infinity in d^ or s fails the test, so such pairs fall back.
+/// rounded in H). NaN or infinity in d^ or s fails the test, so such pairs fall back: an infinite
+/// d^ with a finite s (2 x~^T c~ overflowed, or the subtraction did) is above every threshold
+/// and must be caught on its own, or the pair would keep an infinite distance.
 template <class H>
 KMSEG_HOST_DEVICE inline bool reliable(H dHat, H sumNorms, H factor) {
   using M = Math<H>;
-  return dHat > M::mul(factor, sumNorms);
+  return dHat > M::mul(factor, sumNorms) && dHat < M::from(INFINITY);
 }
 
 /// Whether the pair of `e` falls back (the reliability test in H fails): mixedDistance's test

@@ -42,11 +42,17 @@ KMSEG_HOST_DEVICE inline bool fartherCandidate(D d, std::int64_t index, D bestD,
   return d > bestD || (d == bestD && index < bestIndex);
 }
 
-/// One entry of a centre after the update: the cluster's sum over its count in W, or the old
-/// value when the cluster is empty (re-seeding has already run; an empty cluster keeps its centre).
+/// One entry of a centre after the update: the cluster's sum in W over its exact count, rounded
+/// to W, or the old value when the cluster is empty (re-seeding has already run; an empty
+/// cluster keeps its centre).
 template <class W>
 KMSEG_HOST_DEVICE inline W updatedCentre(W sum, long long count, W old) {
-  return count > 0 ? sum / W(count) : old;
+  // The quotient is taken in double, where every count below 2^53 is exact, and rounded to W.
+  // For W = fp32 and counts up to 2^24 that is fp32's own division sum / float(count): a
+  // quotient of two p-bit numbers rounded first to q >= 2 p + 2 bits and then to p bits is the
+  // correctly rounded one (53 >= 50). A larger count would round in fp32 before the division
+  // (2^24 + 1 becomes 2^24) and add that error to the mean's.
+  return count > 0 ? W(double(sum) / double(count)) : old;
 }
 
 /// The two terms one centre entry adds to relativeCentreShift's sums, (new - old)^2 and new^2,
