@@ -518,6 +518,12 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
   for (double& v : near.values) v += 20.0;
   cases.push_back({"near points", near,
                    gatherRows(near, chooseInitialCentres(near, 8, Init::RandomPoints, 2)), 8});
+  // Features of about 1e-21: fp32's squares are subnormal, and each rounding errs by up to half
+  // the least subnormal whatever the value (the margins' absolute part must cover it).
+  Matrix tiny = blobs(6000, 5, 6, 0.05, 9, 48);
+  for (double& v : tiny.values) v *= 3e-21;
+  cases.push_back({"subnormal distances", tiny,
+                   gatherRows(tiny, chooseInitialCentres(tiny, 8, Init::RandomPoints, 2)), 8, 48});
   const Matrix r5 = randomData(3001, 5, 23);
   cases.push_back({"re-seeding", r5, gatherRows(r5, {0, 0, 1, 1, 2, 3}), 6});
   for (unsigned seed : {2u, 12u, 16u}) {
