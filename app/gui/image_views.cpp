@@ -329,7 +329,10 @@ void ImageViews::fitToWindow() {
     const QRectF r = v->scene()->sceneRect();
     const QRect vp = v->viewport()->rect();
     if (r.isEmpty() || vp.width() < 2 || vp.height() < 2) return;
-    const double s = std::min((vp.width() - 1) / r.width(), (vp.height() - 1) / r.height());
+    // Within the limits of zoomBy and the wheel: a tiny image would otherwise be blown up past
+    // them (and the next "zoom in" would zoom out), a very long one shrunk below them.
+    const double s = std::clamp(
+        std::min((vp.width() - 1) / r.width(), (vp.height() - 1) / r.height()), kMinZoom, kMaxZoom);
     v->setTransform(QTransform::fromScale(s, s));
     v->centerOn(r.center());
   };

@@ -142,7 +142,7 @@ class ImageViews : public QWidget {
   /// One step in (x1.25) or out.
   void zoomIn() { zoomBy(1.25); }
   void zoomOut() { zoomBy(0.8); }
-  /// Fits the whole image in the views.
+  /// Fits the whole image in the views, at a zoom within the limits of zoomBy() ([1/64, 64]).
   void fitToWindow();
   /// 100 %: one image pixel per device pixel.
   void actualSize();

@@ -430,6 +430,39 @@ TEST_F(GuiWindow, ZoomAndPanAreLinkedUntilTheLockIsOff) {
   EXPECT_DOUBLE_EQ(ref->sceneRect().width() * ref->pixmapRatio(), 120.0);
 }
 
+// Fit keeps to the zoom limits of the wheel and the keys (1/64 to 64): a tiny image is not
+// blown up past 64, nor a very wide one shrunk below 1/64, and zooming in after Fit does not
+// zoom out.
+TEST_F(GuiWindow, FitStaysWithinTheZoomLimits) {
+  const auto dir = kmseg::test::freshTempDir("gui-fit-limits");
+  QImage tiny(2, 2, QImage::Format_RGB32);
+  tiny.fill(qRgb(10, 200, 30));
+  const QString tinyPath = tempFile(dir, "tiny.png");
+  ASSERT_TRUE(tiny.save(tinyPath));
+  QImage wide(40000, 1, QImage::Format_RGB32);
+  wide.fill(qRgb(200, 10, 30));
+  const QString widePath = tempFile(dir, "wide.png");
+  ASSERT_TRUE(wide.save(widePath));
+
+  ImageViews* views = window_->views();
+  open(tinyPath);
+  // Unclamped, the fit of 2 x 2 pixels in a view of this window would be far above 64.
+  ImageView* photo = views->view(ImageViews::Original);
+  ASSERT_GT(std::min(photo->viewport()->width(), photo->viewport()->height()) - 1, 2 * 64);
+  views->fitToWindow();
+  for (int i = 0; i < ImageViews::kViewCount; ++i) EXPECT_DOUBLE_EQ(views->view(i)->zoom(), 64.0);
+  views->zoomIn();
+  EXPECT_DOUBLE_EQ(photo->zoom(), 64.0);
+
+  open(widePath);
+  ASSERT_LT(photo->viewport()->width() - 1, 40000 / 64);
+  views->fitToWindow();
+  for (int i = 0; i < ImageViews::kViewCount; ++i)
+    EXPECT_DOUBLE_EQ(views->view(i)->zoom(), 1.0 / 64.0);
+  views->zoomOut();
+  EXPECT_DOUBLE_EQ(photo->zoom(), 1.0 / 64.0);
+}
+
 TEST_F(GuiWindow, OverlayBoundariesAndHoverShowWhatIsUnderTheCursor) {
   open(kmseg::test::smallPhoto("gui-overlay"));
   runAndWait(fastParams(4, 10), false);
