@@ -14,7 +14,9 @@
 #include <QVBoxLayout>
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <utility>
 
 #include "kmseg/metrics.h"
 
@@ -35,7 +37,31 @@ std::string dataOf(const QComboBox* box) {
   return box->currentData().toString().toStdString();
 }
 
+QString toleranceText(double tolerance) {
+  return QLocale::c().toString(tolerance, 'g', 6);
+}
+
 }  // namespace
+
+/// The tolerance field's validator: numbers in [0, 1], C locale, scientific notation allowed.
+/// Text it does not accept is replaced by `last()` when editing ends (Return, or the focus
+/// leaving the field), as a spin box goes back to its last valid value.
+class ToleranceValidator : public QDoubleValidator {
+ public:
+  ToleranceValidator(std::function<QString()> last, QObject* parent)
+      : QDoubleValidator(0.0, 1.0, 30, parent), last_(std::move(last)) {
+    setNotation(QDoubleValidator::ScientificNotation);
+    setLocale(QLocale::c());
+  }
+  void fixup(QString& input) const override { input = last_(); }
+  bool accepts(QString text) const {
+    int pos = 0;
+    return validate(text, pos) == QValidator::Acceptable;
+  }
+
+ private:
+  std::function<QString()> last_;
+};
 
 ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   auto* form = new QFormLayout;
@@ -88,11 +114,10 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("Max &iterations"), maxIterations_);
 
   tolerance_ = new QLineEdit(this);
-  auto* tolValidator = new QDoubleValidator(0.0, 1.0, 30, tolerance_);
-  tolValidator->setNotation(QDoubleValidator::ScientificNotation);
-  tolValidator->setLocale(QLocale::c());
-  tolerance_->setValidator(tolValidator);
-  tolerance_->setToolTip(tr("Stop when the relative centre shift is below this (τ, >= 0)"));
+  toleranceValidator_ =
+      new ToleranceValidator([this] { return toleranceText(lastTolerance_); }, tolerance_);
+  tolerance_->setValidator(toleranceValidator_);
+  tolerance_->setToolTip(tr("Stop when the relative centre shift is below this (τ, from 0 to 1)"));
   form->addRow(tr("&Tolerance"), tolerance_);
 
   cycles_ = new QCheckBox(tr("Stop on a 2-cycle of labels"), this);
@@ -177,10 +202,12 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   for (QDoubleSpinBox* box : {rho_, spatialWeight_, maxMegapixels_})
     connect(box, &QDoubleSpinBox::valueChanged, this, changed);
   connect(seed_, &QLineEdit::textChanged, this, changed);
+  // Only text the validator accepts becomes the tolerance; while the field holds any other, the
+  // last accepted value stays (and fixup() puts it back when editing ends).
   connect(tolerance_, &QLineEdit::textChanged, this, [this, changed] {
     bool ok = false;
     const double v = QLocale::c().toDouble(tolerance_->text(), &ok);
-    if (ok && std::isfinite(v) && v >= 0.0) lastTolerance_ = v;
+    if (ok && toleranceValidator_->accepts(tolerance_->text())) lastTolerance_ = v;
     changed();
   });
   connect(cycles_, &QCheckBox::toggled, this, changed);
@@ -228,8 +255,10 @@ void ParamsPanel::setParams(const GuiParams& p) {
   selectData(init_, qs(initName(p.workflow.init)));
   seed_->setText(QString::number(qulonglong(p.workflow.seed)));
   maxIterations_->setValue(km.maxIterations);
-  lastTolerance_ = km.tolerance;
-  tolerance_->setText(QLocale::c().toString(km.tolerance, 'g', 6));
+  // A tolerance the field would not accept (beyond [0, 1], not finite) gives the default.
+  const bool tolerable = toleranceValidator_->accepts(toleranceText(km.tolerance));
+  lastTolerance_ = tolerable ? km.tolerance : defaultParams().workflow.kmeans.tolerance;
+  tolerance_->setText(toleranceText(lastTolerance_));
   cycles_->setChecked(km.detectCycles);
   selectData(colorSpace_, qs(colorSpaceName(p.features.colorSpace)));
   selectData(normalization_, qs(normalizationName(p.features.normalization)));

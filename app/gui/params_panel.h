@@ -14,6 +14,8 @@ class QSpinBox;
 
 namespace kmseg::gui {
 
+class ToleranceValidator;
+
 /// The parameters side panel: one editor per run parameter, plus the Run, Compare all modes,
 /// Cancel and Reset to defaults buttons. It only edits values; the window decides what to do.
 class ParamsPanel : public QWidget {
@@ -23,9 +25,11 @@ class ParamsPanel : public QWidget {
   /// The editors, showing defaultParams().
   explicit ParamsPanel(QWidget* parent = nullptr);
 
-  /// The values as edited (the tolerance keeps its last valid value while it is being typed).
+  /// The values as edited. The tolerance is the last value its field accepted (a number in
+  /// [0, 1]): text the field does not accept is never used, and is replaced by that value when
+  /// editing ends.
   GuiParams params() const;
-  /// Shows `params` in the editors.
+  /// Shows `params` in the editors; a tolerance the field does not accept shows the default.
   void setParams(const GuiParams& params);
 
   /// The buttons and some editors (for the window and the tests).
@@ -37,6 +41,7 @@ class ParamsPanel : public QWidget {
   QComboBox* backendBox() const { return backend_; }
   QSpinBox* kBox() const { return k_; }
   QSpinBox* maxIterationsBox() const { return maxIterations_; }
+  QLineEdit* toleranceEdit() const { return tolerance_; }
 
  signals:
   /// Any value changed.
@@ -66,7 +71,8 @@ class ParamsPanel : public QWidget {
   QPushButton* compare_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QPushButton* reset_ = nullptr;
-  double lastTolerance_ = 1e-8;
+  ToleranceValidator* toleranceValidator_ = nullptr;
+  double lastTolerance_ = 1e-8;  ///< the tolerance field's last accepted value
 };
 
 }  // namespace kmseg::gui

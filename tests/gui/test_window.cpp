@@ -11,6 +11,7 @@
 #include <QFileInfo>
 #include <QGuiApplication>
 #include <QLabel>
+#include <QLineEdit>
 #include <QLineSeries>
 #include <QMessageBox>
 #include <QMimeData>
@@ -986,6 +987,55 @@ TEST_F(GuiWindow, DroppingAFileOpensIt) {
   ASSERT_TRUE(
       waitFor([&] { return controller()->image() && controller()->image()->path == path; }));
   delete mime;
+}
+
+// The tolerance field takes only what its validator accepts (0 to 1): a value typed beyond that
+// is neither used nor saved, and Return or leaving the field puts back the last accepted value,
+// as the spin boxes do.
+TEST_F(GuiWindow, TheToleranceFieldUsesAndSavesOnlyAcceptedValues) {
+  ParamsPanel* panel = window_->paramsPanel();
+  QLineEdit* field = panel->toleranceEdit();
+  const double defaultTolerance = defaultParams().workflow.kmeans.tolerance;
+  ASSERT_EQ(panel->params().workflow.kmeans.tolerance, defaultTolerance);
+  auto type = [&](const QString& text) {
+    field->selectAll();
+    QTest::keyClicks(field, text);
+    ASSERT_EQ(field->text().toStdString(), text.toStdString());  // the validator lets it be typed
+  };
+
+  type(QStringLiteral("2.5"));
+  EXPECT_FALSE(field->hasAcceptableInput());
+  EXPECT_EQ(panel->params().workflow.kmeans.tolerance, defaultTolerance);
+  QTest::keyClick(field, Qt::Key_Return);
+  EXPECT_EQ(field->text().toStdString(),
+            QLocale::c().toString(defaultTolerance, 'g', 6).toStdString());
+  EXPECT_EQ(panel->params().workflow.kmeans.tolerance, defaultTolerance);
+
+  type(QStringLiteral("5e-7"));
+  EXPECT_EQ(panel->params().workflow.kmeans.tolerance, 5e-7);
+
+  // Leaving the field with a value beyond 1 puts back 5e-7.
+  window_->activateWindow();
+  ASSERT_TRUE(QTest::qWaitForWindowActive(window_.get()));
+  field->setFocus();
+  ASSERT_TRUE(waitFor([&] { return field->hasFocus(); }, 5000));
+  type(QStringLiteral("2"));
+  EXPECT_EQ(panel->params().workflow.kmeans.tolerance, 5e-7);
+  window_->resultsView()->setFocus();
+  ASSERT_TRUE(waitFor([&] { return !field->hasFocus(); }, 5000));
+  EXPECT_EQ(field->text().toStdString(), "5e-07");
+
+  // What is saved is the accepted value, whatever the field shows.
+  type(QStringLiteral("3"));
+  window_->close();
+  EXPECT_EQ(QSettings().value("params/tolerance").toDouble(), 5e-7);
+
+  // Parameters with a tolerance the field would not accept show and use the default.
+  GuiParams p = defaultParams();
+  p.workflow.kmeans.tolerance = 4.0;
+  panel->setParams(p);
+  EXPECT_EQ(panel->params().workflow.kmeans.tolerance, defaultTolerance);
+  EXPECT_TRUE(field->hasAcceptableInput());
 }
 
 TEST_F(GuiWindow, ParametersPersistAndResetToDefaults) {
