@@ -6,6 +6,7 @@
 #include <QPromise>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -52,16 +53,41 @@ UserError outOfMemory() {
                          "or lower K. With the CUDA backend, switch the backend to CPU.")};
 }
 
-UserError describeLoadError(std::exception_ptr error, const QString& path) {
+/// What to do about an image loadImage refused with InvalidArgument under the pixel limit
+/// `maxPixels`. It checks that limit first, from the header's size, and only then the decoder's
+/// own limits (pixels a side, bytes decoded) and the 16-bit run-length PSDs it cannot read:
+/// so the image was refused for the pixel limit exactly when its header has more pixels.
+QString refusalAdvice(const QString& path, std::uint64_t maxPixels) {
+  ImageInfo info;
+  try {
+    info = probeImage(toPath(path));
+  } catch (const std::exception&) {
+    return Controller::tr("Open a downscaled copy of the image.");
+  }
+  const std::uint64_t pixels =
+      std::uint64_t(std::max(info.width, 0)) * std::uint64_t(std::max(info.height, 0));
+  if (pixels > maxPixels)
+    return Controller::tr(
+        "Open a downscaled copy of the image, or raise the pixel limit in the parameters panel "
+        "if this computer has the memory for it.");
+  if (info.format == "psd" && info.bitDepth == 16)
+    return Controller::tr(
+        "Save the image uncompressed, or as a 16-bit PNG, and open that. The pixel limit of the "
+        "parameters panel does not change what the decoder reads.");
+  return Controller::tr(
+      "Open a downscaled copy of the image: this is the image decoder's own limit, which the "
+      "pixel limit of the parameters panel does not change.");
+}
+
+UserError describeLoadError(std::exception_ptr error, const QString& path,
+                            std::uint64_t maxPixels) {
   const QString title = Controller::tr("Cannot open %1").arg(path);
   try {
     std::rethrow_exception(error);
   } catch (const std::bad_alloc&) {
     return outOfMemory();
   } catch (const kmseg::InvalidArgument& e) {
-    return {title, QString::fromUtf8(e.what()),
-            Controller::tr("Open a downscaled copy of the image, or raise the pixel limit in the "
-                           "parameters panel if this computer has the memory for it.")};
+    return {title, QString::fromUtf8(e.what()), refusalAdvice(path, maxPixels)};
   } catch (const std::exception& e) {
     return {title, QString::fromUtf8(e.what()),
             Controller::tr("Check that the file exists, is readable and is a complete JPEG, PNG, "
@@ -229,7 +255,7 @@ LoadEvent loadJob(const QString& path, std::uint64_t maxPixels) {
     if (loaded->display.isNull()) throw std::bad_alloc();
     ev.image = std::move(loaded);
   } catch (...) {
-    ev.error = describeLoadError(std::current_exception(), path);
+    ev.error = describeLoadError(std::current_exception(), path, maxPixels);
   }
   return ev;
 }

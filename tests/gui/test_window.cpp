@@ -952,6 +952,67 @@ TEST_F(GuiWindow, BadFilesGiveAnErrorDialogAndKeepWhatIsShown) {
   EXPECT_EQ(controller()->outcome(), before);
 }
 
+// Only the pixel limit's refusal advises raising it: the decoder's own limits (2^24 pixels a
+// side) and a 16-bit run-length PSD, which it cannot read, are refused whatever the limit.
+TEST_F(GuiWindow, OnlyThePixelLimitsRefusalSaysToRaiseIt) {
+  const auto dir = kmseg::test::freshTempDir("gui-decoder-limits");
+  auto write = [&](const std::string& name, const std::vector<char>& bytes) {
+    const QString path = tempFile(dir, name);
+    std::ofstream(path.toStdString(), std::ios::binary)
+        .write(bytes.data(), std::streamsize(bytes.size()));
+    return path;
+  };
+  auto putBe = [](std::vector<char>& bytes, std::uint32_t v, int count) {
+    for (int k = count - 1; k >= 0; --k) bytes.push_back(char((v >> (8 * k)) & 0xFF));
+  };
+  // A PNG of 2^24 + 1 x 1 pixels (its header; the decoder's side limit is checked first).
+  std::vector<char> png = {'\x89', 'P', 'N', 'G', '\r', '\n', '\x1A', '\n',
+                           0,      0,   0,   13,  'I',  'H',  'D',    'R'};
+  putBe(png, (1u << 24) + 1, 4);
+  putBe(png, 1, 4);
+  for (char c : {char(8), char(0), char(0), char(0), char(0), char(0), char(0), char(0), char(0)})
+    png.push_back(c);  // 8-bit grey, then the CRC, which the decoder does not check
+  const QString wide = write("wide.png", png);
+  // A 16-bit RGB PSD of 5 x 3 pixels whose compression field says run-length.
+  std::vector<char> psd = {'8', 'B', 'P', 'S', 0, 1, 0, 0, 0, 0, 0, 0, 0, 3};
+  putBe(psd, 3, 4);
+  putBe(psd, 5, 4);
+  putBe(psd, 16, 2);
+  putBe(psd, 3, 2);
+  for (int section = 0; section < 3; ++section) putBe(psd, 0, 4);
+  putBe(psd, 1, 2);
+  for (int sample = 0; sample < 5 * 3 * 3; ++sample) putBe(psd, std::uint32_t(sample * 1000), 2);
+  const QString psd16 = write("rle16.psd", psd);
+
+  GuiParams p = window_->paramsPanel()->params();
+  p.maxPixels = 100'000'000;  // far above both images' pixel counts
+  window_->paramsPanel()->setParams(p);
+  QSignalSpy errors(controller(), &Controller::errorOccurred);
+  int expectedErrors = 0;
+  for (const QString& path : {wide, psd16}) {
+    SCOPED_TRACE(path.toStdString());
+    window_->openFile(path);
+    ASSERT_TRUE(waitFor([&] { return errors.count() == expectedErrors + 1; }));
+    ++expectedErrors;
+    ASSERT_TRUE(errorBox());
+    const QString advice = errorBox()->informativeText();
+    EXPECT_FALSE(advice.isEmpty());
+    EXPECT_FALSE(advice.contains(QStringLiteral("raise the pixel limit"))) << advice.toStdString();
+    errorBox()->close();
+  }
+  EXPECT_TRUE(errors.at(1).at(2).toString().contains(QStringLiteral("16-bit PNG")))
+      << errors.at(1).at(2).toString().toStdString();
+
+  // Over the pixel limit itself (coffee.png has 0.24 MP), the advice is to raise it.
+  p.maxPixels = 10000;
+  window_->paramsPanel()->setParams(p);
+  window_->openFile(QString::fromStdString(kmseg::test::sourcePath("samples/coffee.png").string()));
+  ASSERT_TRUE(waitFor([&] { return errors.count() == 3; }));
+  EXPECT_TRUE(errorBox()->informativeText().contains(QStringLiteral("raise the pixel limit")))
+      << errorBox()->informativeText().toStdString();
+  EXPECT_FALSE(controller()->image());
+}
+
 TEST_F(GuiWindow, AnUnavailableBackendSaysToSwitchToTheCpu) {
   try {
     makeEngine(Backend::Cuda);
