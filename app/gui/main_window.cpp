@@ -44,11 +44,21 @@ constexpr int kMaxRecent = 8;
 constexpr int kProgressSteps = 1000;
 const QRgb kBoundaryColour = qRgb(255, 255, 255);
 
-QString localFile(const QMimeData* mime) {
-  if (!mime || !mime->hasUrls()) return {};
+QStringList localFiles(const QMimeData* mime) {
+  QStringList paths;
+  if (!mime || !mime->hasUrls()) return paths;
   for (const QUrl& url : mime->urls())
-    if (url.isLocalFile()) return url.toLocalFile();
-  return {};
+    if (url.isLocalFile()) paths << url.toLocalFile();
+  return paths;
+}
+
+/// The recent files as the settings hold them, fit for the menu: no empty entries (they would
+/// open nothing), each file once, at most kMaxRecent, newest first.
+QStringList cleanRecent(QStringList paths) {
+  paths.removeIf([](const QString& path) { return path.trimmed().isEmpty(); });
+  paths.removeDuplicates();
+  if (paths.size() > kMaxRecent) paths.resize(kMaxRecent);
+  return paths;
 }
 
 QString modeTag(const QString& name) {
@@ -70,7 +80,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
   if (options_.useSettings) {
     QSettings s;
     params_->setParams(loadParams(s));
-    recent_ = s.value("recentFiles").toStringList();
+    recent_ = cleanRecent(s.value("recentFiles").toStringList());
     lastDir_ = s.value("lastDirectory").toString();
     restoreGeometry(s.value("window/geometry").toByteArray());
     stateRestored_ = restoreState(s.value("window/state").toByteArray());
@@ -333,7 +343,13 @@ void MainWindow::openDialog() {
 }
 
 void MainWindow::openFile(const QString& path) {
-  progressLabel_->setText(tr("Opening %1…").arg(QFileInfo(path).fileName()));
+  openFile(path, QString());
+}
+
+void MainWindow::openFile(const QString& path, const QString& note) {
+  openNote_ = note;
+  const QString opening = tr("Opening %1…").arg(QFileInfo(path).fileName());
+  progressLabel_->setText(note.isEmpty() ? opening : tr("%1 (%2)").arg(opening, note));
   controller_->openImage(path, params_->params().maxPixels);
 }
 
@@ -353,7 +369,9 @@ void MainWindow::onImageLoaded(const QString& path) {
                           .arg(h)
                           .arg(double(w) * h / 1e6, 0, 'f', 2)
                           .arg(image->image.bitDepth == 16 ? tr(", 16-bit") : QString()));
-  progressLabel_->setText(tr("Opened %1").arg(path));
+  progressLabel_->setText(openNote_.isEmpty() ? tr("Opened %1").arg(path)
+                                              : tr("Opened %1 (%2)").arg(path, openNote_));
+  openNote_.clear();
   addRecent(path);
   lastDir_ = QFileInfo(path).absolutePath();
   QTimer::singleShot(0, views_, &ImageViews::fitToWindow);
@@ -723,14 +741,18 @@ void MainWindow::showEvent(QShowEvent* event) {
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
-  if (!localFile(event->mimeData()).isEmpty()) event->acceptProposedAction();
+  if (!localFiles(event->mimeData()).isEmpty()) event->acceptProposedAction();
 }
 
 void MainWindow::dropEvent(QDropEvent* event) {
-  const QString path = localFile(event->mimeData());
-  if (path.isEmpty()) return;
+  const QStringList paths = localFiles(event->mimeData());
+  if (paths.isEmpty()) return;
   event->acceptProposedAction();
-  openFile(path);
+  // The window holds one image: the first file dropped, and the status line says so when there
+  // were more.
+  openFile(paths.front(), paths.size() > 1 ? tr("only the first of the %n dropped files", nullptr,
+                                                int(paths.size()))
+                                           : QString());
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

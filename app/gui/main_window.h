@@ -107,6 +107,8 @@ class MainWindow : public QMainWindow {
   void buildActions();
   void buildLayout();
   void openDialog();
+  /// openFile(path), with `note` added to the status line's "Opening" and "Opened".
+  void openFile(const QString& path, const QString& note);
   void exportDialog(Controller::ExportKind kind);
   void exportViewDialog();
   /// Asks for a folder, and before replacing files there, for a yes.
@@ -160,6 +162,7 @@ class MainWindow : public QMainWindow {
   QStringList recent_;
   QString lastError_;
   QString lastDir_;
+  QString openNote_;  ///< the note of the last openFile() until its image is shown
   QPointer<QMessageBox> errorBox_;
   int shownRow_ = -1;
   std::shared_ptr<const void> shownOf_;  ///< the run shown in shownRow_

@@ -13,6 +13,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QLineSeries>
+#include <QMenu>
 #include <QMessageBox>
 #include <QMimeData>
 #include <QProgressBar>
@@ -1097,6 +1098,65 @@ TEST_F(GuiWindow, TheToleranceFieldUsesAndSavesOnlyAcceptedValues) {
   panel->setParams(p);
   EXPECT_EQ(panel->params().workflow.kmeans.tolerance, defaultTolerance);
   EXPECT_TRUE(field->hasAcceptableInput());
+}
+
+// Dropping several files opens the first, and the status line says that only the first was.
+TEST_F(GuiWindow, DroppingSeveralFilesOpensTheFirstAndSaysSo) {
+  const QString first = kmseg::test::smallPhoto("gui-drop-first");
+  const QString second = kmseg::test::smallPhoto("gui-drop-second");
+  QMimeData mime;
+  mime.setUrls({QUrl::fromLocalFile(first), QUrl::fromLocalFile(second)});
+  const QPoint at = window_->rect().center();
+  QDragEnterEvent enter(at, Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(window_.get(), &enter);
+  EXPECT_TRUE(enter.isAccepted());
+  QDropEvent drop(QPointF(at), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(window_.get(), &drop);
+  ASSERT_TRUE(waitFor([&] {
+    return !controller()->isLoading() && controller()->image() &&
+           controller()->image()->path == first;
+  }));
+  const QString status = window_->findChild<QLabel*>(QStringLiteral("progressLabel"))->text();
+  EXPECT_TRUE(status.contains(QStringLiteral("only the first of the 2 dropped files")))
+      << status.toStdString();
+  EXPECT_EQ(window_->recentFiles(), QStringList{QFileInfo(first).absoluteFilePath()});
+
+  // One file dropped: no such note.
+  mime.setUrls({QUrl::fromLocalFile(second)});
+  QDragEnterEvent enterOne(at, Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(window_.get(), &enterOne);
+  QDropEvent one(QPointF(at), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(window_.get(), &one);
+  ASSERT_TRUE(
+      waitFor([&] { return !controller()->isLoading() && controller()->image()->path == second; }));
+  EXPECT_FALSE(window_->findChild<QLabel*>(QStringLiteral("progressLabel"))
+                   ->text()
+                   .contains(QStringLiteral("dropped")));
+}
+
+// The recent files read from the settings are as many as the menu keeps (8), without empty
+// entries or duplicates, newest first.
+TEST_F(GuiWindow, RecentFilesFromTheSettingsAreCappedAndClean) {
+  QStringList stored;
+  for (int i = 0; i < 12; ++i) stored << QStringLiteral("/photos/%1.png").arg(i);
+  stored.insert(1, QString());
+  stored.insert(3, QStringLiteral("/photos/0.png"));
+  stored.insert(4, QStringLiteral("  "));
+  QSettings().setValue("recentFiles", stored);
+  window_ = std::make_unique<MainWindow>();
+  QStringList want;
+  for (int i = 0; i < 8; ++i) want << QStringLiteral("/photos/%1.png").arg(i);
+  EXPECT_EQ(window_->recentFiles().join(QLatin1Char('\n')).toStdString(),
+            want.join(QLatin1Char('\n')).toStdString());
+  QMenu* menu = nullptr;
+  for (QMenu* m : window_->findChildren<QMenu*>())
+    if (m->title() == QStringLiteral("Open &Recent")) menu = m;
+  ASSERT_TRUE(menu);
+  QStringList entries;
+  for (QAction* a : menu->actions())
+    if (!a->isSeparator()) entries << a->text();
+  EXPECT_EQ(entries.size(), 8 + 1);  // the files and "Clear the list"
+  EXPECT_FALSE(entries.contains(QString()));
 }
 
 TEST_F(GuiWindow, ParametersPersistAndResetToDefaults) {
