@@ -548,10 +548,15 @@ bool Controller::exportAll(const QString& dir) {
 }
 
 bool Controller::exportFile(ExportKind kind, const QString& path, int row) {
+  return exportFile(kind, path, outcome_, row);
+}
+
+bool Controller::exportFile(ExportKind kind, const QString& path,
+                            const std::shared_ptr<const RunOutcome>& outcome, int row) {
   try {
-    if (!outcome_)
+    if (!outcome)
       throw InvalidArgument("there is no result to export yet: run a segmentation first");
-    const RunOutcome& o = *outcome_;
+    const RunOutcome& o = *outcome;
     if (row < 0 || row >= o.rowCount())
       throw InvalidArgument("row " + std::to_string(row) + " is not in the results table");
     if (!o.isReady(row))

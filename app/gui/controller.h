@@ -145,6 +145,10 @@ class Controller : public QObject {
   /// Writes `kind` for table row `row` of the current result to `path` through the core's
   /// atomic writers. Returns false and emits errorOccurred() on failure.
   bool exportFile(ExportKind kind, const QString& path, int row);
+  /// The same for row `row` of `outcome`, a result outcome() gave (it may have been replaced
+  /// since, as while an export dialog is open); null: there is no result.
+  bool exportFile(ExportKind kind, const QString& path,
+                  const std::shared_ptr<const RunOutcome>& outcome, int row);
   /// The files exportAll(`dir`) writes for the current result, as `kmseg compare` (or `kmseg
   /// segment`) names them after the photo: every complete run's label map, colour map and
   /// disagreement mask, then the JSON and CSV report. Empty when there is no result.

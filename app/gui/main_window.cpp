@@ -596,10 +596,9 @@ QMessageBox* MainWindow::showError(const QString& title, const QString& text,
   return box;
 }
 
-QString MainWindow::suggestedName(const QString& suffix, bool withMode) const {
-  const auto o = model_->outcome();
+QString MainWindow::suggestedName(const QString& suffix, const RunOutcome* o, int row,
+                                  bool withMode) const {
   const QString stem = o ? QFileInfo(o->image->path).completeBaseName() : QStringLiteral("kmseg");
-  const int row = selectedRow();
   const QString tag = !o || row < 0 || !withMode ? QString()
                       : row == 0                 ? QStringLiteral("reference")
                                                  : modeTag(o->rowName(row));
@@ -608,8 +607,11 @@ QString MainWindow::suggestedName(const QString& suffix, bool withMode) const {
 }
 
 void MainWindow::exportDialog(Controller::ExportKind kind) {
-  // Reports are named as `kmseg compare` and `kmseg segment` name them.
+  // The run selected now is the one exported: while the dialog is open, rows completing (or a
+  // new run) may move the selection or replace the results.
   const auto o = model_->outcome();
+  const int row = selectedRow();
+  // Reports are named as `kmseg compare` and `kmseg segment` name them.
   const QString reportSuffix =
       o && o->allModes ? QStringLiteral(".compare") : QStringLiteral(".segment");
   QString suffix, filter;
@@ -638,14 +640,18 @@ void MainWindow::exportDialog(Controller::ExportKind kind) {
   // A report covers every run, so its name carries no mode.
   const bool report =
       kind == Controller::ExportKind::ReportJson || kind == Controller::ExportKind::ReportCsv;
-  const QString path =
-      QFileDialog::getSaveFileName(this, tr("Export"), suggestedName(suffix, !report), filter);
-  if (!path.isEmpty()) exportTo(kind, path);
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Export"), suggestedName(suffix, o.get(), row, !report), filter);
+  if (!path.isEmpty()) exportRun(kind, path, o, row);
 }
 
 bool MainWindow::exportTo(Controller::ExportKind kind, const QString& path) {
-  const int row = selectedRow();
-  if (!controller_->exportFile(kind, path, row < 0 ? 0 : row)) return false;
+  return exportRun(kind, path, model_->outcome(), selectedRow());
+}
+
+bool MainWindow::exportRun(Controller::ExportKind kind, const QString& path,
+                           const std::shared_ptr<const RunOutcome>& outcome, int row) {
+  if (!controller_->exportFile(kind, path, outcome, row < 0 ? 0 : row)) return false;
   lastDir_ = QFileInfo(path).absolutePath();
   progressLabel_->setText(tr("Wrote %1").arg(path));
   return true;
@@ -679,15 +685,23 @@ bool MainWindow::exportAllTo(const QString& dir) {
 }
 
 void MainWindow::exportViewDialog() {
-  const QString path = QFileDialog::getSaveFileName(this, tr("Export the views as shown"),
-                                                    suggestedName(QStringLiteral(".view.png")),
-                                                    tr("PNG images (*.png);;JPEG (*.jpg)"));
-  if (!path.isEmpty()) exportViewTo(path);
+  // The views as shown now, named after the run they show: the dialog may stay open while the
+  // selection moves.
+  const QImage shown = views_->grab().toImage();
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Export the views as shown"),
+      suggestedName(QStringLiteral(".view.png"), model_->outcome().get(), selectedRow()),
+      tr("PNG images (*.png);;JPEG (*.jpg)"));
+  if (!path.isEmpty()) saveView(shown, path);
 }
 
 bool MainWindow::exportViewTo(const QString& path) {
+  return saveView(views_->grab().toImage(), path);
+}
+
+bool MainWindow::saveView(const QImage& shown, const QString& path) {
   QString error;
-  if (!saveImageAtomic(views_->grab().toImage(), path, &error)) {
+  if (!saveImageAtomic(shown, path, &error)) {
     showError(tr("Cannot export %1").arg(path), error,
               tr("Choose a folder you can write to and a file name that is not a folder, then "
                  "export again."));

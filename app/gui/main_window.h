@@ -109,8 +109,15 @@ class MainWindow : public QMainWindow {
   void openDialog();
   /// openFile(path), with `note` added to the status line's "Opening" and "Opened".
   void openFile(const QString& path, const QString& note);
+  /// Asks for a file name and writes `kind` for the run selected when it asked.
   void exportDialog(Controller::ExportKind kind);
+  /// exportTo for row `row` of `outcome` (the table's result when an export dialog opened).
+  bool exportRun(Controller::ExportKind kind, const QString& path,
+                 const std::shared_ptr<const RunOutcome>& outcome, int row);
+  /// Asks for a file name and saves the views as they were shown when it asked.
   void exportViewDialog();
+  /// Saves `shown` (a grab of the views) to `path` atomically; false with a dialog on failure.
+  bool saveView(const QImage& shown, const QString& path);
   /// Asks for a folder, and before replacing files there, for a yes.
   void exportAllDialog();
   /// Puts the results table on the clipboard (ResultsModel::tableText) and says so.
@@ -129,7 +136,9 @@ class MainWindow : public QMainWindow {
   /// (each row as it completes, and at the end).
   void showOutcome();
   void onBusyChanged(bool busy);
-  QString suggestedName(const QString& suffix, bool withMode = true) const;
+  /// The file name an export dialog suggests for row `row` of `o` (a null `o`: no result).
+  QString suggestedName(const QString& suffix, const RunOutcome* o, int row,
+                        bool withMode = true) const;
 
   Options options_;
   Controller* controller_ = nullptr;

@@ -8,6 +8,7 @@
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFile>
+#include <QFileDialog>
 #include <QFileInfo>
 #include <QGuiApplication>
 #include <QLabel>
@@ -24,6 +25,7 @@
 #include <QSlider>
 #include <QTableView>
 #include <QTest>
+#include <QTimer>
 #include <QUrl>
 #include <QWheelEvent>
 #include <QtCharts/QChart>
@@ -882,6 +884,71 @@ TEST_F(GuiWindow, ExportsEveryFileAndTheyReadBack) {
   ASSERT_TRUE(window_->exportViewTo(view));
   const QImage viewImg(view);
   EXPECT_EQ(viewImg.size(), window_->views()->grab().size());
+  EXPECT_FALSE(errorBox());
+}
+
+// An export writes the run that was selected when its dialog opened, under the name the dialog
+// suggested for it, though the selection moves while the dialog is open (as rows completing
+// move it); the views are saved as they were shown then.
+TEST_F(GuiWindow, ExportWritesTheRunSelectedWhenTheDialogOpened) {
+  const QString path = kmseg::test::smallPhoto("gui-export-dialog");
+  open(path);
+  runAndWait(fastParams(6, 10), true);
+  const auto o = controller()->outcome();
+  int row = 1;
+  for (int r = 2; r < o->rowCount(); ++r)
+    if (o->comparison(r)->diffPercent > o->comparison(row)->diffPercent) row = r;
+  ASSERT_GT(o->comparison(row)->diffPercent, 0.0);  // its labels differ from the reference's
+  const auto dir = kmseg::test::freshTempDir("gui-export-dialog-out");
+  auto action = [&](const QString& text) {
+    for (QAction* a : window_->findChildren<QAction*>())
+      if (a->text() == text) return a;
+    return static_cast<QAction*>(nullptr);
+  };
+  // Triggers `a`; while its file dialog is open, selects the reference's row, then saves to
+  // `file`. Returns the name the dialog suggested.
+  auto exportWith = [&](QAction* a, const QString& file) {
+    QString suggested;
+    QTimer poll;
+    QObject::connect(&poll, &QTimer::timeout, window_.get(), [&] {
+      auto* dialog = qobject_cast<QFileDialog*>(QApplication::activeModalWidget());
+      if (!dialog) return;
+      poll.stop();
+      suggested = dialog->selectedFiles().value(0);
+      window_->selectRow(0);
+      // The file name field, as a user types into it (selectFile() leaves the field alone
+      // while it has the focus).
+      if (auto* name = dialog->findChild<QLineEdit*>(QStringLiteral("fileNameEdit")))
+        name->setText(file);
+      static_cast<QDialog*>(dialog)->accept();  // QFileDialog::accept, public in QDialog
+    });
+    poll.start(10);
+    a->trigger();
+    return suggested;
+  };
+
+  window_->selectRow(row);
+  const QString tag = o->rowName(row).replace(QLatin1Char('>'), QLatin1Char('-'));
+  QAction* labelsAction = action(QStringLiteral("&Label map (exact ids)…"));
+  ASSERT_TRUE(labelsAction);
+  const QString labels = tempFile(dir, "labels.png");
+  const QString suggested = exportWith(labelsAction, labels);
+  EXPECT_TRUE(suggested.endsWith(QStringLiteral("small.%1.labels.png").arg(tag)))
+      << suggested.toStdString();
+  EXPECT_EQ(window_->selectedRow(), 0);
+  ASSERT_TRUE(QFile::exists(labels)) << window_->lastError().toStdString();
+  EXPECT_EQ(readLabelPng(labels.toStdString()).labels, o->result(row).labels);
+
+  window_->selectRow(row);
+  const QImage shown = window_->views()->grab().toImage().convertToFormat(QImage::Format_RGB32);
+  QAction* viewAction = action(QStringLiteral("Current &view as shown…"));
+  ASSERT_TRUE(viewAction);
+  const QString view = tempFile(dir, "view.png");
+  exportWith(viewAction, view);
+  EXPECT_EQ(window_->selectedRow(), 0);
+  ASSERT_TRUE(QFile::exists(view)) << window_->lastError().toStdString();
+  ASSERT_NE(window_->views()->grab().toImage().convertToFormat(QImage::Format_RGB32), shown);
+  EXPECT_EQ(QImage(view).convertToFormat(QImage::Format_RGB32), shown);
   EXPECT_FALSE(errorBox());
 }
 
