@@ -92,11 +92,21 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
 
   connect(controller_, &Controller::imageLoaded, this, &MainWindow::onImageLoaded);
   connect(controller_, &Controller::progressed, this, &MainWindow::onProgress);
-  connect(controller_, &Controller::runStarted, this, [this] { userPicked_ = false; });
+  connect(controller_, &Controller::runStarted, this, [this](int job) {
+    userPicked_ = false;
+    lastStartedJob_ = job;
+  });
   connect(controller_, &Controller::rowsReady, this, &MainWindow::showOutcome);
   connect(controller_, &Controller::runFinished, this, &MainWindow::onRunFinished);
-  connect(controller_, &Controller::runCancelled, this, [this] {
-    if (!controller_->isBusy())
+  connect(controller_, &Controller::runCancelled, this, [this](int job) {
+    if (controller_->isBusy()) return;
+    // Opening an image cancels the runs on the image before and clears their results.
+    if (job <= jobsBeforeImage_ && controller_->image())
+      progressLabel_->setText(tr("Opened %1; the run on the image before it was cancelled")
+                                  .arg(controller_->image()->path));
+    else if (!controller_->outcome())
+      progressLabel_->setText(tr("Cancelled"));
+    else
       progressLabel_->setText(tr("Cancelled; the results shown are kept"));
   });
   connect(controller_, &Controller::runFailed, this, [this] {
@@ -356,10 +366,15 @@ void MainWindow::openFile(const QString& path, const QString& note) {
 void MainWindow::onImageLoaded(const QString& path) {
   const auto image = controller_->image();
   setWindowTitle(tr("kmseg — %1").arg(QFileInfo(path).fileName()));
+  // The results of the image before go, and what acts on them: the runs on it were cancelled
+  // (jobsBeforeImage_ tells their ends apart).
+  jobsBeforeImage_ = lastStartedJob_;
   views_->setOriginal(image->display);
   model_->setOutcome(nullptr);
   charts_->setOutcome(nullptr);
   legend_->clearClusters();
+  pixelLabel_->clear();
+  for (QAction* a : exportActions_) a->setEnabled(false);
   shownRow_ = -1;
   shownOf_.reset();
   forgetReferenceMaps();

@@ -178,7 +178,9 @@ class MainWindow : public QMainWindow {
   /// A row was selected by the user since the current run started: rows completing do not
   /// move the selection.
   bool userPicked_ = false;
-  bool selecting_ = false;  ///< selectRow() is moving the selection
+  bool selecting_ = false;   ///< selectRow() is moving the selection
+  int lastStartedJob_ = 0;   ///< the id of the newest run
+  int jobsBeforeImage_ = 0;  ///< runs up to this id were on an image before the current one
   /// The reference's maps, rendered once per reference and palette
   /// (showRow); forgetReferenceMaps() drops them.
   std::shared_ptr<const KMeansResult> referenceOf_;

@@ -716,6 +716,62 @@ TEST_F(GuiWindow, CancelMidRunKeepsTheResultShown) {
   EXPECT_FALSE(errorBox());
 }
 
+// Another image clears the results, and with them what acts on them: the export and copy
+// actions are off until a run on the new image has a row, and the status bar no longer names a
+// pixel's labels.
+TEST_F(GuiWindow, OpeningAnotherImageDisablesExportAndCopy) {
+  open(kmseg::test::smallPhoto("gui-reopen-first"));
+  runAndWait(fastParams(3, 5), false);
+  QMenu* exportMenu = nullptr;
+  for (QMenu* m : window_->findChildren<QMenu*>())
+    if (m->title() == QStringLiteral("&Export")) exportMenu = m;
+  ASSERT_TRUE(exportMenu);
+  auto enabledActions = [&] {
+    QStringList enabled;
+    for (QAction* a : exportMenu->actions())
+      if (!a->isSeparator() && a->isEnabled()) enabled << a->text();
+    if (window_->copyResultsAction()->isEnabled()) enabled << window_->copyResultsAction()->text();
+    return enabled;
+  };
+  EXPECT_EQ(enabledActions().size(), 8);  // seven exports and the copy
+  ImageView* labels = window_->views()->view(ImageViews::ModeLabels);
+  const QPointF pos = labels->viewportTransform().map(QPointF(5.5, 5.5) / labels->pixmapRatio());
+  QMouseEvent move(QEvent::MouseMove, pos, labels->viewport()->mapToGlobal(pos), Qt::NoButton,
+                   Qt::NoButton, Qt::NoModifier);
+  QApplication::sendEvent(labels->viewport(), &move);
+  ASSERT_TRUE(window_->pixelText().contains(QStringLiteral("fp64:")))
+      << window_->pixelText().toStdString();
+
+  open(kmseg::test::smallPhoto("gui-reopen-second"));
+  EXPECT_FALSE(controller()->outcome());
+  EXPECT_EQ(enabledActions().join(QStringLiteral(", ")).toStdString(), "");
+  EXPECT_TRUE(window_->pixelText().isEmpty()) << window_->pixelText().toStdString();
+
+  runAndWait(fastParams(3, 5), false);
+  EXPECT_EQ(enabledActions().size(), 8);
+}
+
+// Opening an image cancels the run on the one before and clears its results: the status line
+// then says so, not that results were kept.
+TEST_F(GuiWindow, OpeningAnImageDuringARunDoesNotSayResultsWereKept) {
+  open(QString::fromStdString(kmseg::test::sourcePath("samples/coffee.png").string()));
+  QSignalSpy progress(controller(), &Controller::progressed);
+  QSignalSpy cancelled(controller(), &Controller::runCancelled);
+  window_->paramsPanel()->setParams(fastParams(8, 300));
+  window_->compareAll();
+  ASSERT_TRUE(waitFor([&] { return progress.count() > 0; }));
+  const QString next = kmseg::test::smallPhoto("gui-reopen-during-run");
+  open(next);
+  ASSERT_TRUE(waitFor([&] { return cancelled.count() == 1 && !controller()->isBusy(); }));
+  QCoreApplication::processEvents();
+  const QString status = window_->findChild<QLabel*>(QStringLiteral("progressLabel"))->text();
+  EXPECT_FALSE(status.contains(QStringLiteral("kept"))) << status.toStdString();
+  EXPECT_TRUE(status.contains(QStringLiteral("cancelled"))) << status.toStdString();
+  EXPECT_TRUE(status.contains(next)) << status.toStdString();
+  EXPECT_FALSE(controller()->outcome());
+  EXPECT_EQ(window_->resultsModel()->rowCount(), 0);
+}
+
 TEST_F(GuiWindow, FiftyRapidRunCancelCyclesNeitherCrashNorReplaceTheResult) {
   open(kmseg::test::smallPhoto("gui-cycles", 80, 60));
   const GuiParams p = fastParams(6, 300);
