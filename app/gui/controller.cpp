@@ -141,6 +141,7 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
   try {
     if (cancel->load()) throw Cancelled();
     auto outcome = std::make_shared<RunOutcome>();
+    outcome->job = id;
     outcome->image = image;
     outcome->params = params;
     outcome->modes = modes;

@@ -44,6 +44,7 @@ struct PreparedFeatures {
 /// order. While a run is active its outcome grows a row at a time (a new RunOutcome each time,
 /// sharing the rows before): rows [0, readyRows()) are complete, the others still to come.
 struct RunOutcome {
+  int job = 0;  ///< the id startRun() gave the run
   std::shared_ptr<const LoadedImage> image;
   GuiParams params;
   std::vector<Mode> modes;  ///< one mode for "Run", all nine for "Compare all modes"

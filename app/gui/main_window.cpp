@@ -96,9 +96,16 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
     userPicked_ = false;
     lastStartedJob_ = job;
   });
-  connect(controller_, &Controller::rowsReady, this, &MainWindow::showOutcome);
+  connect(controller_, &Controller::rowsReady, this, [this](int job) {
+    // Rows come from the run going on only. Before its first progress (its reference taken from
+    // the run before) the row after them is the one computing.
+    if (model_->activeJob() != job && controller_->outcome())
+      model_->setActiveRun(job, controller_->outcome()->readyRows());
+    showOutcome();
+  });
   connect(controller_, &Controller::runFinished, this, &MainWindow::onRunFinished);
   connect(controller_, &Controller::runCancelled, this, [this](int job) {
+    model_->setRunEnded(job, true);
     if (controller_->isBusy()) return;
     // Opening an image cancels the runs on the image before and clears their results.
     if (job <= jobsBeforeImage_ && controller_->image())
@@ -109,7 +116,8 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
     else
       progressLabel_->setText(tr("Cancelled; the results shown are kept"));
   });
-  connect(controller_, &Controller::runFailed, this, [this] {
+  connect(controller_, &Controller::runFailed, this, [this](int job) {
+    model_->setRunEnded(job, false);
     if (!controller_->isBusy()) progressLabel_->setText(tr("The run failed"));
   });
   connect(controller_, &Controller::busyChanged, this, &MainWindow::onBusyChanged);
@@ -410,7 +418,7 @@ void MainWindow::cancelRun() {
 }
 
 void MainWindow::onProgress(const RunProgress& p) {
-  model_->setActiveRun(p.run);
+  model_->setActiveRun(p.job, p.run);
   const int maxIter = std::max(1, p.maxIterations);
   progressBar_->setRange(0, p.runCount * kProgressSteps);
   progressBar_->setValue(p.run * kProgressSteps +
@@ -463,8 +471,6 @@ void MainWindow::onBusyChanged(bool busy) {
   if (busy) {
     progressBar_->setRange(0, 0);
     progressBar_->setValue(0);
-  } else {
-    model_->setActiveRun(-1);
   }
   cancelAction_->setEnabled(busy);
   params_->cancelButton()->setEnabled(busy);

@@ -33,7 +33,9 @@ bool grows(const RunOutcome& earlier, const RunOutcome& later) {
 
 void ResultsModel::setOutcome(std::shared_ptr<const RunOutcome> outcome) {
   if (outcome_ && outcome && grows(*outcome_, *outcome)) {
-    const int from = outcome_->readyRows(), to = outcome->readyRows();
+    const int from = outcome_->readyRows();
+    // Another job's rows (a run that took the reference of the one before) may say otherwise.
+    const int to = outcome_->job == outcome->job ? outcome->readyRows() : outcome->rowCount();
     outcome_ = std::move(outcome);
     if (to > from) emit dataChanged(index(from, 0), index(to - 1, kColumnCount - 1));
     return;
@@ -43,19 +45,46 @@ void ResultsModel::setOutcome(std::shared_ptr<const RunOutcome> outcome) {
   endResetModel();
 }
 
-void ResultsModel::setActiveRun(int run) {
-  if (run == activeRun_) return;
+void ResultsModel::setActiveRun(int job, int run) {
+  if (job == activeJob_ && run == activeRun_) return;
+  const bool shown = outcome_ && (outcome_->job == job || outcome_->job == activeJob_);
+  activeJob_ = job;
   activeRun_ = run;
+  if (shown) pendingChanged();
+}
+
+void ResultsModel::setRunEnded(int job, bool cancelled) {
+  if (job == activeJob_) activeRun_ = -1;
+  if (!outcome_ || outcome_->job != job) return;
+  endedJob_ = job;
+  endedCancelled_ = cancelled;
+  pendingChanged();
+}
+
+void ResultsModel::pendingChanged() {
   if (!outcome_ || outcome_->isComplete()) return;
   emit dataChanged(index(outcome_->readyRows(), 0),
                    index(outcome_->rowCount() - 1, kColumnCount - 1));
 }
 
 QString ResultsModel::pendingText(int row) const {
-  if (activeRun_ < 0) return tr("not finished");
-  if (row == activeRun_) return tr("running…");
-  if (row < activeRun_) return tr("comparing with fp64…");
-  return tr("waiting");
+  if (outcome_->job == activeJob_ && activeRun_ >= 0) {
+    if (row == activeRun_) return tr("running…");
+    if (row < activeRun_) return tr("comparing with fp64…");
+    return tr("waiting");
+  }
+  // The rows of a run that is not going on: cancelled (also by a newer run), or failed.
+  if (outcome_->job == endedJob_ && endedCancelled_) return tr("cancelled");
+  return tr("not finished");
+}
+
+QString ResultsModel::pendingToolTip(int row) const {
+  const QString name = outcome_->rowName(row);
+  if (outcome_->job == activeJob_ && activeRun_ >= 0)
+    return tr("%1 has not finished yet; its row fills in when it has.").arg(name);
+  if (outcome_->job == endedJob_ && endedCancelled_)
+    return tr("The run was cancelled before %1 had finished.").arg(name);
+  return tr("%1 did not finish: the run ended before it.").arg(name);
 }
 
 Qt::ItemFlags ResultsModel::flags(const QModelIndex& index) const {
@@ -121,9 +150,7 @@ QVariant ResultsModel::data(const QModelIndex& index, int role) const {
     if (index.column() == ModeColumn && text) return outcome_->rowName(row);
     if (index.column() == StopColumn && role == Qt::DisplayRole) return pendingText(row);
     if (role == Qt::TextAlignmentRole) return QVariant::fromValue(Qt::AlignVCenter | Qt::AlignLeft);
-    if (role == Qt::ToolTipRole)
-      return tr("%1 has not finished yet; its row fills in when it has.")
-          .arg(outcome_->rowName(row));
+    if (role == Qt::ToolTipRole) return pendingToolTip(row);
     return {};
   }
   const KMeansResult& r = outcome_->result(row);

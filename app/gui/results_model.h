@@ -13,8 +13,8 @@ namespace kmseg::gui {
 /// `kmseg compare` prints them plus the backend. Display text is formatted; Qt::UserRole holds
 /// the raw number (invalid where a value does not apply, e.g. the reference's Diff %). A run
 /// that hit the iteration cap says so in the stop column and is highlighted. While a run is
-/// active, the rows still to come name their mode and say what is happening to them; they
-/// cannot be selected.
+/// active, the rows still to come name their mode and say what is happening to them (once it
+/// ended, that it was cancelled or did not finish); they cannot be selected.
 class ResultsModel : public QAbstractTableModel {
   Q_OBJECT
 
@@ -40,9 +40,15 @@ class ResultsModel : public QAbstractTableModel {
   /// one shown (the same run, grown) updates those rows, so the selection stays; any other
   /// resets the table.
   void setOutcome(std::shared_ptr<const RunOutcome> outcome);
-  /// The run in progress (RunProgress::run), for the rows not yet complete; -1 when none is:
-  /// they are then "not finished" (the run was cancelled or failed).
-  void setActiveRun(int run);
+  /// Run `run` (RunProgress::run) of job `job` (RunOutcome::job) is computing: the rows of that
+  /// job not yet complete say "running…", "comparing with fp64…" or "waiting". The rows of
+  /// another job's outcome are not affected.
+  void setActiveRun(int job, int run);
+  /// `job` ended before it finished: its rows not complete say "cancelled" when it was
+  /// cancelled, "not finished" when it failed.
+  void setRunEnded(int job, bool cancelled);
+  /// The job setActiveRun() last named; 0 before the first.
+  int activeJob() const { return activeJob_; }
   /// The result shown; null when the table is empty.
   std::shared_ptr<const RunOutcome> outcome() const { return outcome_; }
 
@@ -67,11 +73,17 @@ class ResultsModel : public QAbstractTableModel {
                       int role = Qt::DisplayRole) const override;
 
  private:
-  /// The Stop column of a row not yet complete.
+  /// The Stop column of a row not yet complete, and its tooltip.
   QString pendingText(int row) const;
+  QString pendingToolTip(int row) const;
+  /// Rows [readyRows(), rowCount()) of the outcome shown changed their pending text.
+  void pendingChanged();
 
   std::shared_ptr<const RunOutcome> outcome_;
-  int activeRun_ = -1;
+  int activeJob_ = 0;
+  int activeRun_ = -1;  ///< of activeJob_; -1 once it ended
+  int endedJob_ = 0;    ///< the outcome shown's job, once it ended unfinished
+  bool endedCancelled_ = false;
 };
 
 }  // namespace kmseg::gui

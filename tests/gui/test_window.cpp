@@ -595,8 +595,8 @@ TEST_F(GuiWindow, RowsCompletingDoNotMoveTheUsersSelection) {
   EXPECT_EQ(window_->selectedRow(), controller()->outcome()->rowOf(Mode::Fp16Fp32));
 }
 
-// Cancelled part way, a comparison keeps the rows it completed; the others say they did not
-// finish, cannot be selected or exported, and the report lists the complete runs only.
+// Cancelled part way, a comparison keeps the rows it completed; the others say it was
+// cancelled, cannot be selected or exported, and the report lists the complete runs only.
 TEST_F(GuiWindow, CancelledComparisonKeepsItsCompleteRows) {
   open(kmseg::test::smallPhoto("gui-rows-cancel"));
   QSignalSpy cancelled(controller(), &Controller::runCancelled);
@@ -616,8 +616,8 @@ TEST_F(GuiWindow, CancelledComparisonKeepsItsCompleteRows) {
   EXPECT_EQ(m->outcome(), o);
   EXPECT_EQ(m->rowCount(), 10);
   for (int row = 4; row < 10; ++row) {
-    EXPECT_EQ(m->data(m->index(row, ResultsModel::StopColumn)).toString(),
-              QStringLiteral("not finished"));
+    EXPECT_EQ(m->data(m->index(row, ResultsModel::StopColumn)).toString().toStdString(),
+              "cancelled");
     EXPECT_EQ(m->flags(m->index(row, 0)), Qt::NoItemFlags);
   }
   EXPECT_TRUE(m->data(m->index(3, ResultsModel::SseColumn)).isValid());
@@ -645,6 +645,55 @@ TEST_F(GuiWindow, CancelledComparisonKeepsItsCompleteRows) {
   EXPECT_TRUE(window_->lastError().contains(QStringLiteral("has not finished yet")))
       << window_->lastError().toStdString();
   EXPECT_FALSE(QFile::exists(labels));
+}
+
+// The rows a cancelled comparison did not complete say so while the next run computes its
+// reference (its own rows not in yet); from its first row on, the table shows the new run's own
+// state.
+TEST_F(GuiWindow, ACancelledRunsRowsSayCancelledDuringTheNextRun) {
+  open(kmseg::test::smallPhoto("gui-rows-next"));
+  const ResultsModel* m = window_->resultsModel();
+  auto pendingStops = [&] {
+    QStringList stops;
+    for (int row = m->outcome()->readyRows(); row < m->rowCount(); ++row)
+      stops << m->data(m->index(row, ResultsModel::StopColumn)).toString();
+    return stops;
+  };
+  QSignalSpy started(controller(), &Controller::runStarted);
+  QSignalSpy finished(controller(), &Controller::runFinished);
+  std::shared_ptr<const RunOutcome> cancelledRows;
+  QObject::connect(controller(), &Controller::rowsReady, window_.get(), [&] {
+    if (cancelledRows || controller()->outcome()->readyRows() != 4) return;
+    cancelledRows = controller()->outcome();
+    // Another comparison (another K: its own reference) cancels this one.
+    window_->paramsPanel()->setParams(fastParams(5, 6));
+    window_->compareAll();
+  });
+  std::shared_ptr<const RunOutcome> shownDuringNext;
+  QStringList stopsDuringNext;
+  QObject::connect(controller(), &Controller::progressed, window_.get(), [&](const RunProgress& p) {
+    if (started.count() < 2 || p.job != started.at(1).at(0).toInt() || shownDuringNext) return;
+    shownDuringNext = m->outcome();
+    stopsDuringNext = pendingStops();
+  });
+  QStringList stopsAtFirstRow;
+  QObject::connect(controller(), &Controller::rowsReady, window_.get(), [&](int job) {
+    if (started.count() == 2 && job == started.at(1).at(0).toInt() && stopsAtFirstRow.isEmpty())
+      stopsAtFirstRow = pendingStops();
+  });
+  window_->paramsPanel()->setParams(fastParams(4, 6));
+  window_->compareAll();
+  ASSERT_TRUE(waitFor([&] { return finished.count() == 1 && !controller()->isBusy(); }));
+  ASSERT_EQ(started.count(), 2);
+  ASSERT_TRUE(cancelledRows);
+  ASSERT_EQ(shownDuringNext, cancelledRows);
+  EXPECT_EQ(stopsDuringNext.join(QStringLiteral(", ")).toStdString(),
+            QStringList(6, QStringLiteral("cancelled")).join(QStringLiteral(", ")).toStdString());
+  ASSERT_EQ(stopsAtFirstRow.size(), 9);
+  const QStringList running = {QStringLiteral("comparing with fp64…"), QStringLiteral("running…"),
+                               QStringLiteral("waiting")};
+  for (const QString& stop : stopsAtFirstRow)
+    EXPECT_TRUE(running.contains(stop)) << stop.toStdString();
 }
 
 // A run that takes the reference of the run before, in other colours, draws the reference in
