@@ -140,7 +140,13 @@ MainWindow::MainWindow(const Options& options, QWidget* parent)
           [this](double zoom) { zoomLabel_->setText(tr("%1 %").arg(zoom * 100.0, 0, 'f', 0)); });
   connect(table_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
           [this](const QModelIndex& current) {
-            if (!selecting_) userPicked_ = true;
+            const auto o = model_->outcome();
+            if (!selecting_ && current.isValid() && o) {
+              userPicked_ = true;
+              pickedMode_ = current.row() == 0
+                                ? std::nullopt
+                                : std::optional<Mode>(o->modes.at(std::size_t(current.row() - 1)));
+            }
             showRow(current.isValid() ? current.row() : -1);
           });
 
@@ -440,11 +446,17 @@ void MainWindow::showOutcome() {
     charts_->setOutcome(outcome);
   }
   if (!outcome) return;
-  // Unless the user picked a row since the run started, show the reference's row until the
-  // selected mode's is complete, then that one. (Following each row as it completes drew
-  // three maps per row on every core while the comparisons ran, and slowed them.)
-  if (userPicked_ && outcome->isReady(selectedRow())) return;
-  int target = outcome->rowOf(outcome->params.mode);
+  // Show the row the user picked since the run started (it may have been picked in the results
+  // before, which a new run's first row replaces), else the panel's mode; the reference's row
+  // until that row is complete. (Following each row as it completes drew three maps per row on
+  // every core while the comparisons ran, and slowed them.) A mode this run does not have
+  // leaves the choice to the panel.
+  int target = -1;
+  if (userPicked_) {
+    target = pickedMode_ ? outcome->rowOf(*pickedMode_) : 0;
+    if (target < 0) userPicked_ = false;
+  }
+  if (target < 0) target = outcome->rowOf(outcome->params.mode);
   if (target < 0) target = outcome->rowCount() > 1 ? 1 : 0;
   if (!outcome->isReady(target)) target = 0;
   if (target != selectedRow()) selectRow(target);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "controller.h"
@@ -176,11 +177,12 @@ class MainWindow : public QMainWindow {
   int shownRow_ = -1;
   std::shared_ptr<const void> shownOf_;  ///< the run shown in shownRow_
   /// A row was selected by the user since the current run started: rows completing do not
-  /// move the selection.
+  /// move the selection, and a new table (the run's first row) selects that row's mode again.
   bool userPicked_ = false;
-  bool selecting_ = false;   ///< selectRow() is moving the selection
-  int lastStartedJob_ = 0;   ///< the id of the newest run
-  int jobsBeforeImage_ = 0;  ///< runs up to this id were on an image before the current one
+  std::optional<Mode> pickedMode_;  ///< the mode of that row; none for the reference's
+  bool selecting_ = false;          ///< selectRow() is moving the selection
+  int lastStartedJob_ = 0;          ///< the id of the newest run
+  int jobsBeforeImage_ = 0;         ///< runs up to this id were on an image before the current one
   /// The reference's maps, rendered once per reference and palette
   /// (showRow); forgetReferenceMaps() drops them.
   std::shared_ptr<const KMeansResult> referenceOf_;

@@ -595,6 +595,37 @@ TEST_F(GuiWindow, RowsCompletingDoNotMoveTheUsersSelection) {
   EXPECT_EQ(window_->selectedRow(), controller()->outcome()->rowOf(Mode::Fp16Fp32));
 }
 
+// A row the user picks in the results on screen as a new comparison starts is selected again in
+// the new results once its mode's row is in, though the table is reset in between; a mode the
+// new run does not have gives way to the panel's.
+TEST_F(GuiWindow, ARowPickedAsARunStartsIsSelectedAgainInItsResults) {
+  open(kmseg::test::smallPhoto("gui-rows-repick"));
+  runAndWait(fastParams(4, 6), true);
+  const auto before = controller()->outcome();
+  QTableView* table = window_->resultsView();
+  Mode pick = Mode::Bf16;
+  std::shared_ptr<const RunOutcome> pickedIn;
+  QObject::connect(controller(), &Controller::runStarted, window_.get(), [&] {
+    pickedIn = window_->resultsModel()->outcome();
+    // As a click does, in the table still showing the results before.
+    table->selectionModel()->setCurrentIndex(
+        table->model()->index(pickedIn->rowOf(pick), 0),
+        QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+  });
+  runAndWait(fastParams(5, 6), true);  // another K: another reference, the table is reset
+  ASSERT_EQ(pickedIn, before);
+  const auto o = controller()->outcome();
+  ASSERT_NE(o->reference, before->reference);
+  const int row = o->rowOf(Mode::Bf16);
+  EXPECT_EQ(window_->selectedRow(), row);
+  EXPECT_EQ(window_->views()->view(ImageViews::ModeLabels)->image(),
+            renderLabels(o->result(row).labels, 60, 40, o->palette, o->comparison(row)->mapping));
+
+  // "Run" of the panel's mode (fp16>fp32) has no bf16 row: its own mode is selected.
+  runAndWait(fastParams(4, 6), false);
+  EXPECT_EQ(window_->selectedRow(), controller()->outcome()->rowOf(Mode::Fp16Fp32));
+}
+
 // Cancelled part way, a comparison keeps the rows it completed; the others say it was
 // cancelled, cannot be selected or exported, and the report lists the complete runs only.
 TEST_F(GuiWindow, CancelledComparisonKeepsItsCompleteRows) {
