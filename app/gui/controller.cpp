@@ -53,23 +53,16 @@ UserError outOfMemory() {
                          "or lower K. With the CUDA backend, switch the backend to CPU.")};
 }
 
-/// What to do about an image loadImage refused with InvalidArgument under the pixel limit
-/// `maxPixels`. It checks that limit first, from the header's size, and only then the decoder's
-/// own limits (pixels a side, bytes decoded) and the 16-bit run-length PSDs it cannot read:
-/// so the image was refused for the pixel limit exactly when its header has more pixels.
-QString refusalAdvice(const QString& path, std::uint64_t maxPixels) {
+/// What to do about an image loadImage refused with InvalidArgument other than the pixel limit:
+/// the decoder's own limits (pixels a side, bytes decoded) or a 16-bit run-length PSD, which it
+/// cannot read. No pixel limit changes either.
+QString decoderRefusalAdvice(const QString& path) {
   ImageInfo info;
   try {
     info = probeImage(toPath(path));
   } catch (const std::exception&) {
     return Controller::tr("Open a downscaled copy of the image.");
   }
-  const std::uint64_t pixels =
-      std::uint64_t(std::max(info.width, 0)) * std::uint64_t(std::max(info.height, 0));
-  if (pixels > maxPixels)
-    return Controller::tr(
-        "Open a downscaled copy of the image, or raise the pixel limit in the parameters panel "
-        "if this computer has the memory for it.");
   if (info.format == "psd" && info.bitDepth == 16)
     return Controller::tr(
         "Save the image uncompressed, or as a 16-bit PNG, and open that. The pixel limit of the "
@@ -79,15 +72,18 @@ QString refusalAdvice(const QString& path, std::uint64_t maxPixels) {
       "pixel limit of the parameters panel does not change.");
 }
 
-UserError describeLoadError(std::exception_ptr error, const QString& path,
-                            std::uint64_t maxPixels) {
+UserError describeLoadError(std::exception_ptr error, const QString& path) {
   const QString title = Controller::tr("Cannot open %1").arg(path);
   try {
     std::rethrow_exception(error);
   } catch (const std::bad_alloc&) {
     return outOfMemory();
+  } catch (const kmseg::PixelLimitError& e) {
+    return {title, QString::fromUtf8(e.what()),
+            Controller::tr("Open a downscaled copy of the image, or raise the pixel limit in the "
+                           "parameters panel if this computer has the memory for it.")};
   } catch (const kmseg::InvalidArgument& e) {
-    return {title, QString::fromUtf8(e.what()), refusalAdvice(path, maxPixels)};
+    return {title, QString::fromUtf8(e.what()), decoderRefusalAdvice(path)};
   } catch (const std::exception& e) {
     return {title, QString::fromUtf8(e.what()),
             Controller::tr("Check that the file exists, is readable and is a complete JPEG, PNG, "
@@ -256,7 +252,7 @@ LoadEvent loadJob(const QString& path, std::uint64_t maxPixels) {
     if (loaded->display.isNull()) throw std::bad_alloc();
     ev.image = std::move(loaded);
   } catch (...) {
-    ev.error = describeLoadError(std::current_exception(), path, maxPixels);
+    ev.error = describeLoadError(std::current_exception(), path);
   }
   return ev;
 }

@@ -812,7 +812,7 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
   }
   const std::uint64_t pixels = std::uint64_t(info.width) * std::uint64_t(info.height);
   if (pixels > options.maxPixels)
-    throw InvalidArgument("image file " + quoted(path) + " is " + size + " = " +
+    throw PixelLimitError("image file " + quoted(path) + " is " + size + " = " +
                           std::to_string(pixels) + " pixels, more than the limit of " +
                           std::to_string(options.maxPixels) + " pixels");
   const std::uint64_t decodedBytes = pixels * 3 * (info.bitDepth == 16 ? 2 : 1);

@@ -417,7 +417,7 @@ TEST(ImageIo, PixelLimitIsCheckedFromTheHeader) {
   const fs::path path = sourcePath("samples/coffee.png");
   LoadOptions options;
   options.maxPixels = 1000;
-  const std::string message = messageOf<InvalidArgument>(path, options);
+  const std::string message = messageOf<kmseg::PixelLimitError>(path, options);
   EXPECT_NE(message.find(path.string()), std::string::npos) << message;
   EXPECT_NE(message.find("600 x 400"), std::string::npos) << message;
   EXPECT_NE(message.find("240000 pixels"), std::string::npos) << message;
@@ -435,12 +435,18 @@ TEST(ImageIo, HugeHeaderIsRefusedBeforeDecoding) {
   EXPECT_EQ(info.width, 30000);
   EXPECT_EQ(info.height, 30000);
 
-  std::string message = messageOf<InvalidArgument>(path);
+  std::string message = messageOf<kmseg::PixelLimitError>(path);
   EXPECT_NE(message.find("900000000 pixels"), std::string::npos) << message;
   EXPECT_NE(message.find("limit of 200000000 pixels"), std::string::npos) << message;
 
+  // The decoder's own limit is no pixel limit: no PixelLimitError, which a larger limit lifts.
   LoadOptions noPixelLimit;
   noPixelLimit.maxPixels = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_THROW(
+      try { kmseg::loadImage(path, noPixelLimit); } catch (const kmseg::PixelLimitError&) {
+        ADD_FAILURE() << "the decoder's limit was reported as the pixel limit";
+      },
+      InvalidArgument);
   message = messageOf<InvalidArgument>(path, noPixelLimit);
   EXPECT_NE(message.find("2700000000 bytes"), std::string::npos) << message;
   EXPECT_NE(message.find("limit of 2147483647 bytes"), std::string::npos) << message;

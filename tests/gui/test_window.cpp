@@ -869,24 +869,36 @@ TEST_F(GuiWindow, FiftyRapidRunCancelCyclesNeitherCrashNorReplaceTheResult) {
   }
   ASSERT_TRUE(waitFor([&] { return controller()->activeJobs() == 0; }, 60000));
   QCoreApplication::processEvents();
-  EXPECT_EQ(cancelled.count(), 50);
-  EXPECT_EQ(finished.count(), 0);
+  // A run whose worker had returned when this thread processed events between its start and its
+  // cancel (every fifth) finishes; the 40 others were cancelled before this thread could hear of
+  // their end. None fails.
+  EXPECT_EQ(cancelled.count() + finished.count(), 50);
+  EXPECT_GE(cancelled.count(), 40);
   EXPECT_EQ(failed.count(), 0);
   // What a run completed before its cancel took effect (if anything) is what the table shows.
   EXPECT_EQ(window_->resultsModel()->outcome(), controller()->outcome());
 
-  // Starting a run while one is active cancels the old one: 49 cancelled, the last finishes.
+  // Starting a run while one is active cancels the old one, unless it had ended when this thread
+  // processed events after its start (every seventh): at least 42 cancelled, and the last
+  // finishes, its result the one shown.
+  QSignalSpy started(controller(), &Controller::runStarted);
   cancelled.clear();
+  finished.clear();
   for (int i = 0; i < 50; ++i) {
     window_->runSelected();
     if (i % 7 == 0) QCoreApplication::processEvents();
   }
   ASSERT_TRUE(waitFor([&] { return controller()->activeJobs() == 0; }, 60000));
   QCoreApplication::processEvents();
-  EXPECT_EQ(cancelled.count(), 49);
-  ASSERT_EQ(finished.count(), 1);
+  ASSERT_EQ(started.count(), 50);
+  EXPECT_EQ(cancelled.count() + finished.count(), 50);
+  EXPECT_GE(cancelled.count(), 42);
+  ASSERT_GE(finished.count(), 1);
   EXPECT_EQ(failed.count(), 0);
+  const int last = started.last().at(0).toInt();
+  EXPECT_EQ(finished.last().at(0).toInt(), last);
   ASSERT_TRUE(controller()->outcome());
+  EXPECT_EQ(controller()->outcome()->job, last);
   EXPECT_EQ(window_->resultsModel()->rowCount(), 2);
 }
 

@@ -19,6 +19,13 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+/// An image with more pixels than the caller's pixel limit (ImageOptions::maxPixels): the one
+/// refusal of an image that a larger limit lifts (the decoder's own limits are InvalidArgument).
+class PixelLimitError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 /// A file that cannot be read, decoded or written.
 class IoError : public Error {
  public:
