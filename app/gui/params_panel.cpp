@@ -9,7 +9,6 @@
 #include <QGridLayout>
 #include <QLineEdit>
 #include <QPushButton>
-#include <QRegularExpressionValidator>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -63,6 +62,32 @@ class ToleranceValidator : public QDoubleValidator {
   std::function<QString()> last_;
 };
 
+/// The seed field's validator: a decimal number of 1 to 20 digits that fits in 64 bits (every
+/// seed `kmseg --seed` takes). Empty text may still become one; anything else is refused as it
+/// is typed. Text that is not a seed when editing ends is replaced by `last()`.
+class SeedValidator : public QValidator {
+ public:
+  SeedValidator(std::function<QString()> last, QObject* parent)
+      : QValidator(parent), last_(std::move(last)) {}
+  State validate(QString& input, int&) const override {
+    if (input.isEmpty()) return Intermediate;
+    if (input.size() > 20) return Invalid;
+    for (const QChar c : input)
+      if (c < u'0' || c > u'9') return Invalid;
+    bool ok = false;
+    input.toULongLong(&ok);
+    return ok ? Acceptable : Invalid;
+  }
+  void fixup(QString& input) const override { input = last_(); }
+  bool accepts(QString text) const {
+    int pos = 0;
+    return validate(text, pos) == Acceptable;
+  }
+
+ private:
+  std::function<QString()> last_;
+};
+
 ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   auto* form = new QFormLayout;
   form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
@@ -103,9 +128,10 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("&Init"), init_);
 
   seed_ = new QLineEdit(this);
-  seed_->setValidator(
-      new QRegularExpressionValidator(QRegularExpression(QStringLiteral("[0-9]{1,19}")), seed_));
-  seed_->setToolTip(tr("Seed of the initial centres"));
+  seedValidator_ =
+      new SeedValidator([this] { return QString::number(qulonglong(lastSeed_)); }, seed_);
+  seed_->setValidator(seedValidator_);
+  seed_->setToolTip(tr("Seed of the initial centres (0 to 18446744073709551615)"));
   form->addRow(tr("&Seed"), seed_);
 
   maxIterations_ = new QSpinBox(this);
@@ -201,7 +227,12 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   for (QSpinBox* box : {k_, maxIterations_}) connect(box, &QSpinBox::valueChanged, this, changed);
   for (QDoubleSpinBox* box : {rho_, spatialWeight_, maxMegapixels_})
     connect(box, &QDoubleSpinBox::valueChanged, this, changed);
-  connect(seed_, &QLineEdit::textChanged, this, changed);
+  // As with the tolerance: only a seed the validator accepts is used; an emptied field keeps the
+  // last one (and fixup() puts it back when editing ends).
+  connect(seed_, &QLineEdit::textChanged, this, [this, changed] {
+    if (seedValidator_->accepts(seed_->text())) lastSeed_ = seed_->text().toULongLong();
+    changed();
+  });
   // Only text the validator accepts becomes the tolerance; while the field holds any other, the
   // last accepted value stays (and fixup() puts it back when editing ends).
   connect(tolerance_, &QLineEdit::textChanged, this, [this, changed] {
@@ -230,9 +261,7 @@ GuiParams ParamsPanel::params() const {
   km.rho = rho_->value();
   km.working = parseWorking(dataOf(working_));
   p.workflow.init = parseInit(dataOf(init_));
-  bool ok = false;
-  const qulonglong seed = seed_->text().toULongLong(&ok);
-  if (ok) p.workflow.seed = seed;
+  p.workflow.seed = lastSeed_;
   km.maxIterations = maxIterations_->value();
   km.tolerance = lastTolerance_;
   km.detectCycles = cycles_->isChecked();
@@ -253,6 +282,7 @@ void ParamsPanel::setParams(const GuiParams& p) {
   rho_->setValue(km.rho);
   selectData(working_, qs(workingName(km.working)));
   selectData(init_, qs(initName(p.workflow.init)));
+  lastSeed_ = p.workflow.seed;
   seed_->setText(QString::number(qulonglong(p.workflow.seed)));
   maxIterations_->setValue(km.maxIterations);
   // A tolerance the field would not accept (beyond [0, 1], not finite) gives the default.

@@ -3,6 +3,8 @@
 
 #include <QWidget>
 
+#include <cstdint>
+
 #include "gui_params.h"
 
 class QCheckBox;
@@ -14,6 +16,7 @@ class QSpinBox;
 
 namespace kmseg::gui {
 
+class SeedValidator;
 class ToleranceValidator;
 
 /// The parameters side panel: one editor per run parameter, plus the Run, Compare all modes,
@@ -41,6 +44,7 @@ class ParamsPanel : public QWidget {
   QComboBox* backendBox() const { return backend_; }
   QSpinBox* kBox() const { return k_; }
   QSpinBox* maxIterationsBox() const { return maxIterations_; }
+  QLineEdit* seedEdit() const { return seed_; }
   QLineEdit* toleranceEdit() const { return tolerance_; }
 
  signals:
@@ -71,6 +75,8 @@ class ParamsPanel : public QWidget {
   QPushButton* compare_ = nullptr;
   QPushButton* cancel_ = nullptr;
   QPushButton* reset_ = nullptr;
+  SeedValidator* seedValidator_ = nullptr;
+  std::uint64_t lastSeed_ = 0;  ///< the seed field's last accepted value
   ToleranceValidator* toleranceValidator_ = nullptr;
   double lastTolerance_ = 1e-8;  ///< the tolerance field's last accepted value
 };

@@ -1269,6 +1269,38 @@ TEST_F(GuiWindow, DroppingAFileOpensIt) {
 // The tolerance field takes only what its validator accepts (0 to 1): a value typed beyond that
 // is neither used nor saved, and Return or leaving the field puts back the last accepted value,
 // as the spin boxes do.
+// The seed field takes every seed `kmseg --seed` takes (0 to 2^64 - 1, 20 digits at most) and
+// refuses the rest as it is typed; an emptied field keeps the last seed, which Return puts back.
+TEST_F(GuiWindow, TheSeedFieldTakesEverySixtyFourBitSeed) {
+  ParamsPanel* panel = window_->paramsPanel();
+  QLineEdit* field = panel->seedEdit();
+  field->selectAll();
+  QTest::keyClicks(field, QStringLiteral("18446744073709551615"));
+  EXPECT_EQ(field->text().toStdString(), "18446744073709551615");
+  EXPECT_EQ(panel->params().workflow.seed, 18446744073709551615ull);
+
+  // One more would not fit: the last digit is refused, so are a 21st digit and letters.
+  field->selectAll();
+  QTest::keyClicks(field, QStringLiteral("18446744073709551616"));
+  EXPECT_EQ(field->text().toStdString(), "1844674407370955161");
+  QTest::keyClicks(field, QStringLiteral("0x"));
+  EXPECT_EQ(field->text().toStdString(), "18446744073709551610");
+  EXPECT_EQ(panel->params().workflow.seed, 18446744073709551610ull);
+
+  // Emptied, the field leaves the last seed in use, and Return puts it back.
+  field->selectAll();
+  QTest::keyClick(field, Qt::Key_Backspace);
+  EXPECT_TRUE(field->text().isEmpty());
+  EXPECT_EQ(panel->params().workflow.seed, 18446744073709551610ull);
+  QTest::keyClick(field, Qt::Key_Return);
+  EXPECT_EQ(field->text().toStdString(), "18446744073709551610");
+
+  // The seed is saved and comes back in the next session's panel.
+  window_->close();
+  QSettings settings;
+  EXPECT_EQ(loadParams(settings).workflow.seed, 18446744073709551610ull);
+}
+
 TEST_F(GuiWindow, TheToleranceFieldUsesAndSavesOnlyAcceptedValues) {
   ParamsPanel* panel = window_->paramsPanel();
   QLineEdit* field = panel->toleranceEdit();
