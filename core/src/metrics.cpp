@@ -380,6 +380,8 @@ double adjustedMutualInformation(const Contingency& c) {
   if ((m.nonEmptyA == 1 && m.nonEmptyB == 1) || (m.nonEmptyA == 0 && m.nonEmptyB == 0)) {
     return 1.0;
   }
+  // Only one of them splits it: no information shared, exactly (as scikit-learn since 1.7).
+  if (m.nonEmptyA == 1 || m.nonEmptyB == 1) return 0.0;
   const double mi = mutualInformation(c);
   const double emi = expectedMutualInformation(c);
   const double hA = static_cast<double>(entropy(m.a, m.n));
@@ -392,7 +394,16 @@ double adjustedMutualInformation(const Contingency& c) {
   } else {
     denominator = std::max(denominator, DBL_EPSILON);
   }
-  return (mi - emi) / denominator;
+  // The numerator likewise (scikit-learn since 1.7): where MI equals its expectation and the
+  // normaliser, as for two identical labelings of singletons (every relabeling shares all the
+  // information, so EMI = MI = H), the quotient is 1, not 0 / eps = 0.
+  double numerator = mi - emi;
+  if (numerator < 0) {
+    numerator = std::min(numerator, -DBL_EPSILON);
+  } else {
+    numerator = std::max(numerator, DBL_EPSILON);
+  }
+  return numerator / denominator;
 }
 
 Comparison compareLabelings(const std::vector<std::int32_t>& reference,

@@ -296,6 +296,14 @@ TEST(MetricsSklearn, DegenerateCasesAreExact) {
   EXPECT_EQ(both({}, {}), std::pair(1.0, 1.0));
   // A single sample.
   EXPECT_EQ(both({0}, {0}), std::pair(1.0, 1.0));
+  // Identical labelings of singletons (K = N): every relabeling shares all the information, so
+  // EMI = MI = H and AMI is 0 / 0 in exact arithmetic; scikit-learn (1.7, its
+  // test_perfect_matches) and kmseg give 1 at every N, where 0 / eps came out 0 at N = 2 and 4.
+  for (int n : {2, 3, 4, 5, 8, 16, 64, 300}) {
+    Labels a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) a[std::size_t(i)] = i, b[std::size_t(i)] = n - 1 - i;
+    EXPECT_EQ(both(a, b), std::pair(1.0, 1.0)) << "N = K = " << n;
+  }
 }
 
 TEST(MetricsSklearn, PermutedLabelsScoreOne) {
