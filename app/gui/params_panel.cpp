@@ -135,7 +135,7 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("&Seed"), seed_);
 
   maxIterations_ = new QSpinBox(this);
-  maxIterations_->setRange(1, 1000000);
+  maxIterations_->setRange(1, kMaxIterations);
   maxIterations_->setToolTip(tr("Iteration cap t_max"));
   form->addRow(tr("Max &iterations"), maxIterations_);
 

@@ -62,11 +62,10 @@ void validate(const KMeansParams& p, std::size_t n) {
     throw InvalidArgument("K = " + std::to_string(p.k) + " exceeds the number of samples (" +
                           std::to_string(n) + ")");
   if (!(p.rho > 2.0) || !std::isfinite(p.rho))
-    throw InvalidArgument("rho = " + numberText(p.rho) +
-                          " is invalid: rho must be > 2 and finite");
-  if (p.maxIterations < 1)
+    throw InvalidArgument("rho = " + numberText(p.rho) + " is invalid: rho must be > 2 and finite");
+  if (p.maxIterations < 1 || p.maxIterations > kMaxIterations)
     throw InvalidArgument("max iterations = " + std::to_string(p.maxIterations) +
-                          " is invalid: it must be >= 1");
+                          " is invalid: it must be from 1 to " + std::to_string(kMaxIterations));
   if (!(p.tolerance >= 0.0) || !std::isfinite(p.tolerance))
     throw InvalidArgument("tolerance = " + numberText(p.tolerance) +
                           " is invalid: it must be a finite number >= 0");

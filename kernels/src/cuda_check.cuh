@@ -131,8 +131,14 @@ class MappedBuffer {
       throw BackendError(std::string("CUDA: cannot allocate ") + std::to_string(n * sizeof(T)) +
                          " bytes of pinned host memory for " + what + ": " + cudaGetErrorString(e));
     }
-    if (flags & cudaHostAllocMapped)
-      KMSEG_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0));
+    if (flags & cudaHostAllocMapped) {
+      const cudaError_t p = cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0);
+      if (p != cudaSuccess) {
+        // The destructor does not run for a constructor that throws.
+        (void)cudaFreeHost(std::exchange(host_, nullptr));
+        KMSEG_CUDA_CHECK(p);
+      }
+    }
   }
   MappedBuffer(const MappedBuffer&) = delete;
   MappedBuffer& operator=(const MappedBuffer&) = delete;

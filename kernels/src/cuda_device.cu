@@ -77,6 +77,10 @@ class CudaEngine final : public KMeansEngine {
 
   KMeansResult run(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
                    const RunControl& control) override {
+    // A kept matrix that changed against keepData's contract (its size, its storage or a
+    // sampled row) is no longer kept: its device rows are released and the run takes the data
+    // as it is, checked and uploaded as without keepData.
+    if (kept_.data == &data && !kept_.matches(data)) kept_ = Kept{};
     const bool kept = kept_.data == &data;
     const double dataMaxAbs =
         checkInputs(data, initialCentres, params, kept && kept_.maxAbs ? &*kept_.maxAbs : nullptr);
@@ -95,6 +99,7 @@ class CudaEngine final : public KMeansEngine {
 
   void keepData(const KeptFeatures& k) override {
     kept_ = Kept{k.data, k.data ? k.lookup : nullptr};
+    if (k.data) kept_.shape = Shape::of(*k.data);
     if (k.data && k.maxAbs >= 0.0) kept_.maxAbs = k.maxAbs;
   }
 
@@ -116,10 +121,39 @@ class CudaEngine final : public KMeansEngine {
   }
 
  private:
+  /// What the engine notes of a kept matrix when it is kept: its size, its storage, and its
+  /// rows at kSampledRows spread indices (the first and the last among them), by value.
+  struct Shape {
+    static constexpr std::size_t kSampledRows = 4096;
+    std::size_t rows = 0, cols = 0;
+    const double* values = nullptr;
+    std::vector<double> sampled;
+
+    static std::size_t step(std::size_t n) { return std::max<std::size_t>(1, n / kSampledRows); }
+    static Shape of(const Matrix& m) {
+      Shape s{m.rows, m.cols, m.values.data(), {}};
+      if (m.rows == 0) return s;
+      for (std::size_t i = 0; i < m.rows; i += step(m.rows))
+        s.sampled.insert(s.sampled.end(), m.values.begin() + std::ptrdiff_t(i * m.cols),
+                         m.values.begin() + std::ptrdiff_t((i + 1) * m.cols));
+      s.sampled.insert(s.sampled.end(), m.values.end() - std::ptrdiff_t(m.cols), m.values.end());
+      return s;
+    }
+    // Bit for bit, so that a NaN written over a sampled value is seen too.
+    bool operator==(const Shape& o) const {
+      return rows == o.rows && cols == o.cols && values == o.values &&
+             sampled.size() == o.sampled.size() &&
+             std::memcmp(sampled.data(), o.sampled.data(), sampled.size() * sizeof(double)) == 0;
+    }
+  };
+
   /// The data of keepData and what the engine keeps of it between runs.
   struct Kept {
+    bool matches(const Matrix& m) const { return Shape::of(m) == shape; }
+
     const Matrix* data = nullptr;
     const FeatureLookup* lookup = nullptr;  ///< the data's lookup, if it has one
+    Shape shape;                            ///< the data as it was kept
     std::optional<double> maxAbs;           ///< once checked: finite, with this largest magnitude
     cuda::DeviceBuffer<double> rows64;  ///< its rows on the device, once the first run needs them
     cuda::DeviceBuffer<float> rows32;   ///< rounded to fp32, once a run with W = fp32 needs them
@@ -252,7 +286,8 @@ std::unique_ptr<KMeansEngine> cudaFactory(std::string& whyNot) {
   const cudaError_t f = e == cudaSuccess ? cudaFree(nullptr) : e;
   if (f != cudaSuccess) {
     (void)cudaGetLastError();
-    whyNot = "the CUDA device cannot be used: " + describe("cudaFree", f);
+    whyNot = "the CUDA device cannot be used: " +
+             describe(e != cudaSuccess ? "cudaSetDevice" : "cudaFree", f);
     return nullptr;
   }
   return std::make_unique<CudaEngine>(devices.front());

@@ -3170,7 +3170,14 @@ class Run final : public LloydRun {
     });
     for (;;) {
       const cudaError_t q = cudaEventQuery(stop_.get());
-      if (q != cudaSuccess && q != cudaErrorNotReady) KMSEG_CUDA_CHECK(q);
+      if (q != cudaSuccess && q != cudaErrorNotReady) {
+        // A fault of any kernel of the loop surfaces here: name the loop and its sizes.
+        const std::string step = "the Lloyd loop on the device (N = " + std::to_string(n_) +
+                                 ", D = " + std::to_string(d_) + ", K = " + std::to_string(k_) +
+                                 ", mode " + std::string(modeName(in_.params.mode)) + ", " +
+                                 std::to_string(reported) + " iterations done)";
+        cuda::check(q, step.c_str(), __FILE__, __LINE__);
+      }
       const int done = std::min(int(m->completed), maxIt_);
       std::atomic_thread_fence(std::memory_order_acquire);
       report(done, traceHost_.host());

@@ -487,6 +487,8 @@ TEST(Lloyd, BadInput) {
   q = p;
   q.maxIterations = 0;
   expectThrow(q, data, init, "max iterations");
+  q.maxIterations = kMaxIterations + 1;
+  expectThrow(q, data, init, "from 1 to 1000000");
   q = p;
   q.tolerance = -1;
   expectThrow(q, data, init, "tolerance = -1 is invalid");

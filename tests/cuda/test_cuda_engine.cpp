@@ -963,6 +963,32 @@ TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
     p.traceSse = false;
     p.imageWidth = ph.width;
     expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
+    // The kept matrix changed while kept, which keepData's contract forbids: values in place
+    // (the first row: a sampled one), then its size. The engine notices and runs on the matrix
+    // as it is, as an engine that keeps nothing does; a NaN written in place is refused.
+    const Matrix saved = data;
+    p.traceSse = true;
+    for (std::size_t q = 0; q < data.cols; ++q) data(0, q) = 1.0 - data(0, q);
+    expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
+    data = blobs(9'000, 5, 6, 0.05, 5);
+    const Matrix resizedInit =
+        gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 3));
+    p.imageWidth = 0;
+    for (Mode m : {Mode::Fp32, Mode::Fp16Fp32, Mode::Fp64}) {
+      p.mode = m;
+      expectSameRun(keeping->run(data, resizedInit, p), plain->run(data, resizedInit, p));
+    }
+    data = saved;
+  }
+  {
+    const KeptData kept(*keeping, data, nullptr, checkedMaxAbs(data, "the photo's features"));
+    KMeansParams p = paramsFor(Mode::Fp32, 8, 10);
+    p.imageWidth = ph.width;
+    expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
+    const double old = data(0, 2);
+    data(0, 2) = NAN;
+    EXPECT_THROW(keeping->run(data, init, p), DataError);
+    data(0, 2) = old;
   }
   // The generic and the tiled passes (D = 3 and 24) read kept rows as well (checked by the
   // engine: no magnitude given).

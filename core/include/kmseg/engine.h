@@ -46,7 +46,9 @@ class KMeansEngine {
   /// (featureLookup of the image and options that made it): the CUDA engine then builds the rows
   /// on the device from the pixels and rebuilds them from the pixels for each iteration's SSE
   /// instead of reading them. The caller must not change or free the data, the lookup or the
-  /// image while they are kept. Runs on other data are not affected. Called from the thread that
+  /// image while they are kept; a matrix whose size, storage or sampled rows changed anyway is
+  /// no longer kept by the CUDA engine (its run checks and uploads the data as it is). Runs on
+  /// other data are not affected. Called from the thread that
   /// calls run(). The default keeps nothing. Use KeptData rather than calling it directly.
   virtual void keepData(const KeptFeatures& kept) { (void)kept; }
 };

@@ -43,7 +43,7 @@ struct KMeansParams {
   Mode mode = Mode::Fp32;
   double rho = 5.0;  ///< safety factor of the reliability test, > 2
   Working working = Working::Auto;
-  int maxIterations = 300;   ///< t_max >= 1
+  int maxIterations = 300;   ///< t_max, from 1 to kMaxIterations
   double tolerance = 1e-8;   ///< tau >= 0 on ||dC||_F / ||C||_F
   bool detectCycles = true;  ///< stop on a 2-cycle of labels (off reproduces the paper)
   bool traceSse = true;      ///< compute the SSE of every iteration in the trace
@@ -71,6 +71,10 @@ struct KMeansParams {
 
 /// Most CPU threads a run may ask for (KMeansParams::threads).
 inline constexpr int kMaxThreads = 1024;
+/// The largest iteration cap. A run keeps one trace entry per iteration it may take (the CUDA
+/// engine allocates them, on the device and in pinned host memory, before its loop starts), and
+/// Lloyd's algorithm on a photo settles or cycles within hundreds.
+inline constexpr int kMaxIterations = 1'000'000;
 
 /// Throws InvalidArgument naming the parameter and its limit when `p` is out of range for
 /// `n` samples (K < 1, K > n, rho <= 2 or not finite, maxIterations < 1, negative or non-finite

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -47,7 +48,15 @@ void parallelFor(std::int64_t tasks, int threads, Fn&& fn) {
   };
   std::vector<std::thread> pool;
   pool.reserve(std::size_t(workers - 1));
-  for (int w = 1; w < workers; ++w) pool.emplace_back(work);
+  // A thread that cannot be started (the system's thread limit) leaves its share to the others:
+  // the tasks are handed out, not assigned, so fewer threads run them all just the same.
+  for (int w = 1; w < workers; ++w) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
   work();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
