@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -89,22 +90,67 @@ void printTableNotes(const WorkflowResult& w, const std::vector<Mode>& modes) {
 std::atomic<bool> gInterrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 
-extern "C" void onInterrupt(int) {
-  gInterrupted.store(true);
+// Where runCommand is, for the signal handler: running (the runs check gInterrupted), writing
+// the files, or told to stop by a first signal in either.
+enum Phase : int { kRunning, kStopping, kWriting, kWritingStopping };
+std::atomic<int> gPhase{kRunning};
+static_assert(std::atomic<int>::is_always_lock_free, "read from a signal handler");
+
+template <std::size_t N>
+void writeToStderr(const char (&message)[N]) {
+  const char* text = message;
+  std::size_t left = N - 1;
+  while (left > 0) {
+    const ssize_t n = ::write(STDERR_FILENO, text, left);
+    if (n <= 0) return;
+    text += n;
+    left -= std::size_t(n);
+  }
 }
 
-/// Catches SIGINT and SIGTERM once each while it lives (SA_RESETHAND: a second signal takes the
-/// default action, so a process busy where no run checks the flag still ends), and restores
-/// the handlers it found. SA_RESTART: a read or write the signal meets goes on, rather than
-/// failing with EINTR (decoding a photo would then report it truncated).
+// Async-signal-safe: atomics, write(), unlink() (in removeTempFilesNow), sigaction() and raise().
+extern "C" void onInterrupt(int signal) {
+  const int saved = errno;
+  int phase = kRunning;
+  if (gPhase.compare_exchange_strong(phase, kStopping)) {
+    gInterrupted.store(true);
+  } else if (phase == kWriting && gPhase.compare_exchange_strong(phase, kWritingStopping)) {
+    gInterrupted.store(true);
+    writeToStderr(
+        "kmseg: interrupted: finishing the files being written first (Ctrl+C again stops at "
+        "once and removes them)\n");
+  } else {
+    // A second signal: the temporary files of the writes in progress go, then the process ends
+    // as the signal's default action ends it (the signal is blocked in its handler, so the
+    // raised one arrives when the handler returns).
+    removeTempFilesNow();
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(signal, &action, nullptr);
+    raise(signal);
+  }
+  errno = saved;
+}
+
+/// Catches SIGINT and SIGTERM while it lives, and restores the handlers it found. The first
+/// signal sets gInterrupted (and, while the files are written, says that they are finished
+/// first); a second one removes the temporary files in progress and ends the process with the
+/// signal's default action, so a process busy where no run checks the flag still ends.
+/// SA_RESTART: a read or write the signal meets goes on, rather than failing with EINTR
+/// (decoding a photo would then report it truncated).
 class InterruptGuard {
  public:
   InterruptGuard() {
     gInterrupted.store(false);
+    gPhase.store(kRunning);
     struct sigaction action {};
     action.sa_handler = onInterrupt;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESETHAND | SA_RESTART;
+    // Either signal's handler blocks the other, so a first and a second never interleave.
+    sigaddset(&action.sa_mask, SIGINT);
+    sigaddset(&action.sa_mask, SIGTERM);
+    action.sa_flags = SA_RESTART;
     sigaction(SIGINT, &action, &oldInt_);
     sigaction(SIGTERM, &action, &oldTerm_);
   }
@@ -115,6 +161,12 @@ class InterruptGuard {
   InterruptGuard(const InterruptGuard&) = delete;
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 
+  /// Marks the start of the writing phase, unless a signal came first: then false.
+  bool startWriting() {
+    int phase = kRunning;
+    return gPhase.compare_exchange_strong(phase, kWriting);
+  }
+
  private:
   struct sigaction oldInt_ {};
   struct sigaction oldTerm_ {};
@@ -123,7 +175,7 @@ class InterruptGuard {
 }  // namespace
 
 void runCommand(const std::string& command, const Options& o) {
-  const InterruptGuard interrupts;
+  InterruptGuard interrupts;
   // Fail on an unusable output directory, or on any output path that cannot be written (e.g. an
   // existing directory of that name), before spending time on the image and before the first
   // file of the set is written.
@@ -206,8 +258,9 @@ void runCommand(const std::string& command, const Options& o) {
   }();
   clearProgress();
   printTableNotes(w, o.modes);
-  // An interrupt after the last run's last check: still nothing written.
-  if (gInterrupted.load()) throw Cancelled();
+  // An interrupt after the last run's last check: still nothing written. From here on a first
+  // interrupt lets the files be finished.
+  if (!interrupts.startWriting()) throw Cancelled();
 
   // Outputs: label map (exact ids), colour map and disagreement mask per run, then reports.
   const auto palette = makePalette(std::min(o.workflow.kmeans.k, 65536), o.palette);

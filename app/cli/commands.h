@@ -32,8 +32,9 @@ struct Options {
 /// Runs the workflow for `command` ("segment" or "compare"), prints the table on stdout a row
 /// at a time as the runs complete, and writes the outputs. Throws kmseg::Error on failure. An
 /// interrupt (SIGINT, as Ctrl+C sends, or SIGTERM) stops the runs within one iteration and
-/// throws Cancelled before any output is written; a second one ends the process at once (the
-/// default action is restored after the first).
+/// throws Cancelled before any output is written; once the files are being written, it says on
+/// stderr that they are finished first. A second one removes the temporary files of the writes
+/// in progress and ends the process with the signal's default action.
 void runCommand(const std::string& command, const Options& options);
 
 /// A run's seconds as the table prints them: at least four significant digits from a GPU run of

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <system_error>
+#include <thread>
 #include <unordered_set>
 
 #include "kmseg/error.h"
@@ -172,8 +175,55 @@ mode_t currentUmask() {
   return 022;
 }
 
+// ---- Temporary files of the writes in progress ----------------------------------------------
+//
+// A fixed table that a signal handler can read, one slot per temporary file. A writer claims a
+// free slot (Free -> Filling), copies its path into it and publishes it (Held); it gives the
+// slot back once its file is renamed or unlinked (Held -> Free, or Removed -> Free after
+// removeTempFilesNow took it). removeTempFilesNow takes each Held slot (Held -> Removing),
+// unlinks its path and marks it Removed, so no path is read while a writer rewrites it.
+enum TempSlotState : int { kSlotFree, kSlotFilling, kSlotHeld, kSlotRemoving, kSlotRemoved };
+
+struct TempSlot {
+  std::atomic<int> state{kSlotFree};
+  char path[PATH_MAX];
+};
+static_assert(std::atomic<int>::is_always_lock_free, "read by a signal handler");
+
+TempSlot gTempSlots[kMaxTrackedTempFiles];
+
+// The slot that now holds `path`, or -1 when every slot is taken or the path does not fit.
+int trackTempFile(const std::string& path) {
+  if (path.size() >= PATH_MAX) return -1;
+  for (int i = 0; i < kMaxTrackedTempFiles; ++i) {
+    int expected = kSlotFree;
+    if (gTempSlots[i].state.compare_exchange_strong(expected, kSlotFilling)) {
+      std::memcpy(gTempSlots[i].path, path.c_str(), path.size() + 1);
+      gTempSlots[i].state.store(kSlotHeld);
+      return i;
+    }
+  }
+  return -1;
+}
+
+// Gives `slot` back once its file is renamed or removed; -1 is no slot.
+void untrackTempFile(int slot) {
+  if (slot < 0) return;
+  std::atomic<int>& state = gTempSlots[slot].state;
+  for (;;) {
+    int expected = kSlotHeld;
+    if (state.compare_exchange_strong(expected, kSlotFree)) return;
+    expected = kSlotRemoved;
+    if (state.compare_exchange_strong(expected, kSlotFree)) return;
+    // Removing: removeTempFilesNow is unlinking the path on another thread (on this thread it
+    // would have finished before this code went on).
+    std::this_thread::yield();
+  }
+}
+
 // The temporary file of an atomic write: created next to its target, removed on destruction
-// unless released after the rename.
+// unless released after the rename. While it exists, a slot of gTempSlots holds its path (when
+// one was free).
 class TempFile {
  public:
   // `target` is the file to replace, `shown` the path named in errors (the one the user gave).
@@ -190,6 +240,7 @@ class TempFile {
       throwIo("write", shown_, errnoText(err));
     }
     path_ = buffer.data();
+    slot_ = trackTempFile(path_);
     // mkstemp creates the file 0600; give the output the permissions a plain open would.
     ::fchmod(fd, 0666 & ~currentUmask());
     file_ = ::fdopen(fd, "wb");
@@ -197,6 +248,7 @@ class TempFile {
       const int err = errno;
       ::close(fd);
       ::unlink(path_.c_str());
+      untrackTempFile(slot_);
       throwIo("write", shown_, errnoText(err));
     }
   }
@@ -205,6 +257,7 @@ class TempFile {
   ~TempFile() {
     if (file_) std::fclose(file_);
     if (!path_.empty()) ::unlink(path_.c_str());
+    untrackTempFile(slot_);
   }
 
   std::FILE* file() const { return file_; }
@@ -224,6 +277,8 @@ class TempFile {
       throwIo("write", shown_, errnoText(renameErr));
     }
     path_.clear();
+    untrackTempFile(slot_);
+    slot_ = -1;
     // Make the rename itself durable; a failure here leaves a complete file, so it is ignored.
     const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
     const int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -237,6 +292,7 @@ class TempFile {
   fs::path target_;
   fs::path shown_;
   std::string path_;
+  int slot_ = -1;  // in gTempSlots
   std::FILE* file_ = nullptr;
 };
 
@@ -520,6 +576,15 @@ void checkOutputFile(const fs::path& path) {
       throwIo("write", path,
               "it is a link to '" + target.string() + "', and no file can be created in '" +
                   dir.string() + "' (" + errnoText(err) + ")");
+  }
+}
+
+void removeTempFilesNow() noexcept {
+  for (TempSlot& slot : gTempSlots) {
+    int expected = kSlotHeld;
+    if (!slot.state.compare_exchange_strong(expected, kSlotRemoving)) continue;
+    ::unlink(slot.path);
+    slot.state.store(kSlotRemoved);
   }
 }
 

@@ -232,6 +232,99 @@ TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
   EXPECT_TRUE(fs::is_empty(out.parent_path()));
 }
 
+// Names of the temporary files of atomic writes (".NAME.tmp-XXXXXX") in `dir`.
+std::vector<std::string> temporaryFiles(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (const std::string name = it->path().filename().string();
+        name.find(".tmp-") != std::string::npos)
+      names.push_back(name);
+  return names;
+}
+
+// Ctrl+C twice while the files are written: the first says that they are finished first, the
+// second ends the process at once (killed by SIGINT), and the temporary file of each write in
+// progress goes with it. The second signal is sent while the process is stopped (SIGSTOP) with
+// a temporary file in the output directory, so that it meets a write in progress.
+TEST(Cli, ASecondInterruptWhileWritingLeavesNoTemporaryFile) {
+  const char* exe = std::getenv("KMSEG_CLI");
+  ASSERT_TRUE(exe);
+  const fs::path tmp = test::freshTempDir("cli-interrupt-writing");
+  // Noise: its maps compress slowly, so the writing takes a while.
+  std::vector<std::int32_t> noise(2000 * 1500);
+  std::uint32_t state = 12345;
+  for (auto& v : noise) {
+    state = state * 1664525u + 1013904223u;
+    v = std::int32_t(state >> 24);
+  }
+  writeColorPng(tmp / "noise.png", noise, 2000, 1500, makePalette(256));
+  const fs::path out = tmp / "out";
+  const fs::path err = tmp / "err";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> args = {exe,         "compare",    (tmp / "noise.png").string(),
+                                   "-k",        "4",          "--modes",
+                                   "fp32,fp64", "--max-iter", "2",
+                                   "--backend", "cpu",        "-q",
+                                   "-o",        out.string()};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, exe, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+
+  // Polls `ready` until it holds; false once the process has ended (its status in `status`).
+  int status = 0;
+  bool ended = false;
+  const auto waitUntil = [&](const auto& ready) {
+    while (!ready()) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        ended = true;
+        return false;
+      }
+      ::usleep(200);
+    }
+    return true;
+  };
+  ASSERT_TRUE(waitUntil([&] { return !temporaryFiles(out).empty(); })) << readAll(err);
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  ASSERT_TRUE(waitUntil([&] { return readAll(err).find("finishing") != std::string::npos; }))
+      << "no word of the files being finished: " << readAll(err);
+  bool sent = false;
+  while (!sent && waitUntil([&] { return !temporaryFiles(out).empty(); })) {
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    int stopped = 0;
+    ASSERT_EQ(::waitpid(pid, &stopped, WUNTRACED), pid);
+    if (WIFSTOPPED(stopped) && !temporaryFiles(out).empty()) {
+      ASSERT_EQ(::kill(pid, SIGINT), 0);
+      sent = true;
+    }
+    if (!WIFSTOPPED(stopped)) {
+      status = stopped;
+      ended = true;
+      break;
+    }
+    ASSERT_EQ(::kill(pid, SIGCONT), 0);
+  }
+  ASSERT_TRUE(sent) << "the files were written before a write in progress was met";
+  if (!ended) ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit code " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGINT);
+  const std::vector<std::string> left = temporaryFiles(out);
+  EXPECT_TRUE(left.empty()) << "left behind: " << left.front();
+  const std::string e = readAll(err);
+  EXPECT_EQ(lines(e), 1u) << e;
+  EXPECT_NE(e.find("kmseg: interrupted: finishing the files being written first (Ctrl+C again "
+                   "stops at once"),
+            std::string::npos)
+      << e;
+}
+
 // One pixel unlike the 25 599 others: under z-score normalisation its colour columns reach
 // sqrt(25 599) = 160 each, a squared norm of 3 x 25 599 = 76 797, beyond fp16's 65504. The
 // table says which modes met it and what they did; the report counts it per run.

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <png.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -331,6 +332,34 @@ TEST(ExportTest, AtomicWriteFailureInWriterKeepsOldFile) {
                kmseg::IoError);
   EXPECT_EQ(slurp(dir / "a.txt"), "old");
   EXPECT_EQ(entries(dir), std::set<std::string>{"a.txt"});
+}
+
+// What a signal handler does before it ends the process: every write in progress (here two, one
+// inside the other) loses its temporary file, and the writes fail rather than create their
+// targets. More rounds than there are slots: each write gives its slot back.
+TEST(ExportTest, RemoveTempFilesNowRemovesTheWritesInProgress) {
+  const fs::path dir = kmseg::test::freshTempDir("export-remove-temp");
+  kmseg::writeFileAtomic(dir / "kept.txt", "done");
+  for (int round = 0; round < kmseg::kMaxTrackedTempFiles + 2; ++round) {
+    std::set<std::string> during, after;
+    EXPECT_THROW(kmseg::writeFileAtomic(dir / "a.txt",
+                                        [&](std::FILE* outer) {
+                                          std::fputs("partial", outer);
+                                          kmseg::writeFileAtomic(dir / "b.txt", [&](std::FILE*) {
+                                            during = entries(dir);
+                                            kmseg::removeTempFilesNow();
+                                            after = entries(dir);
+                                          });
+                                        }),
+                 kmseg::IoError);
+    ASSERT_EQ(during.size(), 3u) << "round " << round;
+    EXPECT_EQ(during.begin()->rfind(".a.txt.tmp-", 0), 0u) << *during.begin();
+    EXPECT_EQ(std::next(during.begin())->rfind(".b.txt.tmp-", 0), 0u);
+    ASSERT_EQ(after, std::set<std::string>{"kept.txt"}) << "round " << round;
+  }
+  EXPECT_EQ(entries(dir), std::set<std::string>{"kept.txt"});
+  kmseg::writeFileAtomic(dir / "a.txt", "a");
+  EXPECT_EQ(slurp(dir / "a.txt"), "a");
 }
 
 TEST(ExportTest, AtomicWriteToDirectoryTargetFails) {

@@ -47,6 +47,16 @@ void writeFileAtomic(const std::filesystem::path& path, std::string_view bytes);
 void writeFileAtomic(const std::filesystem::path& path,
                      const std::function<void(std::FILE*)>& write);
 
+/// Removes the temporary files of the atomic writes in progress (writeFileAtomic) on any thread,
+/// for a signal handler that then ends the process: async-signal-safe (only unlink() and
+/// lock-free atomics). A write whose file it removed fails with IoError if it goes on. Up to
+/// kMaxTrackedTempFiles writes at once are tracked; a write beyond them, or one whose
+/// temporary path is longer than PATH_MAX, keeps its file.
+void removeTempFilesNow() noexcept;
+/// The number of atomic writes in progress at once whose temporary files removeTempFilesNow
+/// can remove.
+inline constexpr int kMaxTrackedTempFiles = 128;
+
 /// Throws IoError naming `path` when writeFileAtomic would refuse it before writing: an existing
 /// directory or non-regular file there (through a symbolic link, at the file it names), or a
 /// link to a file in a directory where no file can be created. Leaves nothing behind (for a
