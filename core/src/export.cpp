@@ -533,6 +533,21 @@ void writeFileAtomic(const fs::path& path, std::string_view bytes) {
 
 namespace {
 
+// Throws IoError naming `shown` when the file name of `target` is longer than its directory's
+// file system takes (pathconf's _PC_NAME_MAX; NAME_MAX when the directory cannot be asked).
+void checkNameLength(const fs::path& target, const fs::path& shown) {
+  const std::string name = target.filename().string();
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  errno = 0;
+  long limit = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (limit < 0 && errno != 0) limit = NAME_MAX;
+  if (limit >= 0 && name.size() > std::size_t(limit))
+    throwIo("write", shown,
+            "its file name is " + std::to_string(name.size()) +
+                " bytes long, more than the file system takes (" + std::to_string(limit) +
+                " bytes, NAME_MAX)");
+}
+
 // The file that writing `path` replaces: through a symbolic link, the file it names (rename
 // would replace the link itself); a dangling link resolves to itself and is replaced. Throws
 // IoError when that is a directory or not a regular file.
@@ -542,8 +557,12 @@ fs::path writeTarget(const fs::path& path) {
   fs::path target = path;
   if (fs::is_symlink(fs::symlink_status(path, ec))) target = fs::weakly_canonical(path, ec);
   if (ec) target = path;
+  checkNameLength(target, path);
   // Renaming over a device, FIFO or socket would replace the node, not write to it.
   const fs::file_status st = fs::status(target, ec);
+  // A path that cannot be looked up (too long, a directory that cannot be searched, ...) cannot
+  // be written either; only its absence is expected.
+  if (ec && st.type() != fs::file_type::not_found) throwIo("write", path, ec.message());
   if (fs::is_directory(st)) throwIo("write", path, "it is an existing directory");
   if (fs::exists(st) && !fs::is_regular_file(st))
     throwIo("write", path, "it exists and is not a regular file");

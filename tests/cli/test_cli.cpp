@@ -441,6 +441,25 @@ TEST(Cli, OutputLinkIsCheckedBeforeAnyFileIsWritten) {
   EXPECT_EQ(left, std::vector<std::string>{"small.fp32.mask.png"}) << "partial output in " << out;
 }
 
+// An output name longer than the file system takes (the photo's 236-byte stem and
+// ".reference.labels.png") is found before the image is read, not after every run.
+TEST(Cli, OutputNameTooLongIsFoundBeforeAnyRun) {
+  const fs::path tmp = test::freshTempDir("cli-long-name");
+  const std::string stem(236, 's');
+  fs::copy_file(test::sourcePath("samples/coffee.png"), tmp / (stem + ".png"));
+  const fs::path out = tmp / "out";
+  const CliRun r = kmseg("compare '" + (tmp / (stem + ".png")).string() +
+                         "' -k 2 --modes fp32 -q -o '" + out.string() + "'");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(stem + ".reference.labels.png': its file name is 257 bytes long"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("NAME_MAX"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "ran before failing:\n" << r.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 // Integer options are decimal as typed: CLI11 alone would read 010 as octal 8 and 0x10 as 16.
 TEST(Cli, IntegerOptionsAreReadAsDecimal) {
   const fs::path out = test::freshTempDir("cli-decimal");

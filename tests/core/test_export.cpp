@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -360,6 +363,40 @@ TEST(ExportTest, RemoveTempFilesNowRemovesTheWritesInProgress) {
   EXPECT_EQ(entries(dir), std::set<std::string>{"kept.txt"});
   kmseg::writeFileAtomic(dir / "a.txt", "a");
   EXPECT_EQ(slurp(dir / "a.txt"), "a");
+}
+
+// A name longer than the file system takes is found by the check, before any file is written,
+// and the message names the limit; so is a path longer than PATH_MAX.
+TEST(ExportTest, CheckRefusesANameTooLongForTheFileSystem) {
+  const fs::path dir = kmseg::test::freshTempDir("export-long-name");
+  const long limit = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  ASSERT_GT(limit, 0);
+  const std::string name = std::string(std::size_t(limit) - 3, 'n') + ".png";
+  try {
+    kmseg::checkOutputFile(dir / name);
+    ADD_FAILURE() << "no error for a name of " << name.size() << " bytes";
+  } catch (const kmseg::IoError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(name), std::string::npos) << what;
+    EXPECT_NE(
+        what.find(std::to_string(name.size()) + " bytes long, more than the file system takes (" +
+                  std::to_string(limit) + " bytes, NAME_MAX)"),
+        std::string::npos)
+        << what;
+  }
+  EXPECT_THROW(kmseg::writeFileAtomic(dir / name, "data"), kmseg::IoError);
+  // Exactly the limit is fine.
+  kmseg::checkOutputFile(dir / name.substr(1));
+  fs::path deep = dir;
+  while (deep.string().size() <= PATH_MAX) deep /= std::string(200, 'd');
+  try {
+    kmseg::checkOutputFile(deep / "a.png");
+    ADD_FAILURE() << "no error for a path of " << (deep / "a.png").string().size() << " bytes";
+  } catch (const kmseg::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::strerror(ENAMETOOLONG)), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(entries(dir).empty());
 }
 
 TEST(ExportTest, AtomicWriteToDirectoryTargetFails) {

@@ -58,8 +58,10 @@ void removeTempFilesNow() noexcept;
 inline constexpr int kMaxTrackedTempFiles = 128;
 
 /// Throws IoError naming `path` when writeFileAtomic would refuse it before writing: an existing
-/// directory or non-regular file there (through a symbolic link, at the file it names), or a
-/// link to a file in a directory where no file can be created. Leaves nothing behind (for a
+/// directory or non-regular file there (through a symbolic link, at the file it names), a name
+/// longer than its file system takes (the message names the limit), any other error in looking
+/// the path up except its absence, or a link to a file in a directory where no file can be
+/// created. Leaves nothing behind (for a
 /// link it creates and removes a probe file beside the link's file), so a set of outputs can be
 /// checked before its first file is written.
 void checkOutputFile(const std::filesystem::path& path);
