@@ -123,11 +123,16 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                               {"device_bytes_over_minimal", memRatio}});
     }
   }
-  if (!o.json.empty()) writeFileAtomic(o.json, json.dump(2) + "\n");
+  writeBenchJson(o.json, json);
 }
 #endif
 
 }  // namespace
+
+void writeBenchJson(const std::filesystem::path& path, const nlohmann::json& json) {
+  if (path.empty()) return;
+  writeFileAtomic(path, json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
 
 std::vector<int> benchClusters(const BenchOptions& o) {
   if (!o.clusters.empty()) return o.clusters;
@@ -357,7 +362,7 @@ void runBench(const BenchOptions& o) {
                             {"ms_per_iteration", 1e3 * r.perIteration},
                             {"speedup_vs_cv_kmeans", cv / r.seconds}});
   }
-  if (!o.json.empty()) writeFileAtomic(o.json, json.dump(2) + "\n");
+  writeBenchJson(o.json, json);
 }
 
 }  // namespace kmseg::cli

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <filesystem>
 #include <string>
@@ -31,6 +32,10 @@ struct BenchOptions {
   double rho = 5.0;              ///< reliability safety factor of the mixed modes
   std::string backend = "auto";  ///< distances, blobs: the engine
 };
+
+/// Writes `json` to `path` (atomically, indented) unless `path` is empty. Invalid UTF-8 in its
+/// strings (the bytes of a file name) becomes U+FFFD, as in the reports of segment and compare.
+void writeBenchJson(const std::filesystem::path& path, const nlohmann::json& json);
 
 /// The cluster counts a suite runs: --clusters, or its default.
 std::vector<int> benchClusters(const BenchOptions& o);

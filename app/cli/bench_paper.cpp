@@ -113,7 +113,7 @@ void runDistanceBench(const BenchOptions& o) {
                                {"mixed", accuracyJson(m)}});
   }
   std::printf("near err / far err: pairs whose exact squared distance is below / at least 1e-3\n");
-  if (!o.json.empty()) writeFileAtomic(o.json, json.dump(2) + "\n");
+  writeBenchJson(o.json, json);
 }
 
 void runBlobBench(const BenchOptions& o) {
@@ -190,7 +190,7 @@ void runBlobBench(const BenchOptions& o) {
       row(std::string(modeName(modes[m])), w.modes[m].result, medianOf(seconds[m + 1]),
           medianOf(device[m + 1]), &w.modes[m].comparison);
   }
-  if (!o.json.empty()) writeFileAtomic(o.json, json.dump(2) + "\n");
+  writeBenchJson(o.json, json);
 }
 
 }  // namespace kmseg::cli

@@ -561,6 +561,22 @@ TEST(Cli, BenchBlobsComparesEveryModeWithTheReference) {
   EXPECT_EQ(ej["runs"][0]["empty_cluster_events"], we.reference.emptyClusterEvents);
 }
 
+// A photo whose name is not UTF-8: the bench's JSON names it with U+FFFD for the bad byte, as
+// the reports of segment and compare do, instead of failing once the benchmark has run.
+TEST(Cli, BenchJsonTakesAPhotoNameThatIsNotUtf8) {
+  const fs::path tmp = test::freshTempDir("cli-bench-utf8");
+  const fs::path photo = tmp / "bad\xffname.png";
+  fs::copy_file(test::sourcePath("samples/coffee.png"), photo);
+  const CliRun r =
+      kmseg("bench cpu --image '" + photo.string() +
+            "' --megapixels 0.01 -k 2 --repeats 1 --json '" + (tmp / "b.json").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  const auto json = nlohmann::json::parse(readAll(tmp / "b.json"));
+  EXPECT_EQ(json["image"], "bad\xef\xbf\xbdname.png") << json.dump();
+  EXPECT_EQ(json["runs"].size(), 3u) << json.dump();  // fp64, fp32 and cv::kmeans at K = 2
+}
+
 // The bench's default photo is a repository path: outside the repository's root the error says
 // so and names --image, instead of only "does not exist".
 TEST(Cli, BenchOutsideTheRepositoryNamesItsDefaultPhoto) {
