@@ -33,6 +33,9 @@ namespace kmseg::cli {
 
 namespace {
 
+/// Largest K of a benchmark run.
+constexpr int kMaxBenchClusters = 1024;
+
 // Resizes an 8-bit image to about `megapixels`, keeping its aspect ratio (bilinear).
 Image resizeTo(const Image& in, double megapixels) {
   const double scale = std::sqrt(megapixels * 1e6 / double(in.pixelCount()));
@@ -161,12 +164,14 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
   constexpr auto kSizeMax = std::numeric_limits<std::size_t>::max();
   cmd.add_option("-k,--clusters", o.clusters, "Cluster counts to run (default 8,32; blobs 100)")
       ->delimiter(',')
-      ->transform(wholeNumberIn(kIntMin, kIntMax));
+      ->transform(
+          wholeNumberIn(kIntMin, kIntMax, "K is from 1 to " + std::to_string(kMaxBenchClusters)));
   cmd.add_option("--threads", o.threads, "CPU threads for both (0 = all cores)")
       ->transform(wholeNumberIn(kIntMin, kIntMax))
       ->capture_default_str();
   cmd.add_option("--repeats", o.repeats, "Repetitions; the median time is reported")
-      ->transform(wholeNumberIn(kIntMin, kIntMax))
+      ->transform(wholeNumberIn(kIntMin, kIntMax,
+                                "the repetitions are from 1 to " + std::to_string(kIntMax)))
       ->capture_default_str();
   cmd.add_option("--seed", o.seed, "Seed of the initial centres")
       ->transform(wholeNumberIn<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))
@@ -215,8 +220,9 @@ void checkBenchOptions(const BenchOptions& o) {
   if (!(o.megapixels > 0.0) || o.megapixels > 200.0)
     throw InvalidArgument("--megapixels must be in (0, 200]");
   for (int k : benchClusters(o))
-    if (k < 1 || k > 1024)
-      throw InvalidArgument("--clusters: K = " + std::to_string(k) + " is outside [1, 1024]");
+    if (k < 1 || k > kMaxBenchClusters)
+      throw InvalidArgument("--clusters: K = " + std::to_string(k) + " is outside [1, " +
+                            std::to_string(kMaxBenchClusters) + "]");
   if (o.dim > kMaxBenchDim)
     throw InvalidArgument("--dim " + std::to_string(o.dim) + " is outside [1, " +
                           std::to_string(kMaxBenchDim) + "]");

@@ -16,6 +16,7 @@
 #include "kmseg/config.h"
 #include "kmseg/error.h"
 #include "kmseg/features.h"
+#include "kmseg/metrics.h"
 #include "kmseg/workflow.h"
 #include "number_options.h"
 
@@ -48,8 +49,9 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   // K and the iteration cap take any int here: the library's checks name their limits.
   constexpr int kIntMin = std::numeric_limits<int>::min(),
                 kIntMax = std::numeric_limits<int>::max();
-  cmd.add_option("-k,--clusters", p.k, "Number of clusters K (>= 1)")
-      ->transform(wholeNumberIn(kIntMin, kIntMax))
+  cmd.add_option("-k,--clusters", p.k, "Number of clusters K (1 to 8192)")
+      ->transform(wholeNumberIn(kIntMin, kIntMax,
+                                "K is from 1 to " + std::to_string(kmseg::kMaxComparedClusters)))
       ->capture_default_str();
   cmd.add_option("--rho", p.rho, "Safety factor of the reliability test of mixed modes (> 2)")
       ->capture_default_str();
@@ -63,7 +65,8 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
       ->transform(wholeNumberIn<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
   cmd.add_option("--max-iter", p.maxIterations, "Iteration cap t_max (>= 1)")
-      ->transform(wholeNumberIn(kIntMin, kIntMax))
+      ->transform(wholeNumberIn(kIntMin, kIntMax,
+                                "the iteration cap is from 1 to " + std::to_string(kIntMax)))
       ->capture_default_str();
   cmd.add_option("--tol", p.tolerance, "Stop when the relative centre shift is below this (>= 0)")
       ->capture_default_str();

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <string>
@@ -14,28 +15,37 @@ namespace kmseg::cli {
 /// [min, max] (a sign only where T is signed). It rewrites the text in plain decimal before
 /// CLI11 converts it, since CLI11 reads "010" as octal, "0x10" as hexadecimal and wraps "-1"
 /// around in an unsigned option: "010" is 10, "0x10" is refused.
-/// Over the type's whole range the help names no range, nor for a signed type the message (the
-/// option's own check names its limits).
+/// Every refusal names the allowed values: `limits` where given (e.g. "K is from 1 to 8192", for
+/// an option whose own check is narrower than [min, max]), else "[min, max]". A number outside
+/// them (also beyond T, or negative for an unsigned T) is "out of range"; anything else is "not
+/// a whole number". Over the type's whole range the help names no range.
 template <class T>
-CLI::Validator wholeNumberIn(T min, T max) {
+CLI::Validator wholeNumberIn(T min, T max, std::string limits = {}) {
+  static_assert(std::is_integral_v<T>);
   const bool whole = min == std::numeric_limits<T>::min() && max == std::numeric_limits<T>::max();
-  const std::string range = whole && std::is_signed_v<T>
-                                ? std::string()
-                                : " in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  const std::string bounds = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  const std::string notWhole = limits.empty() ? " in " + bounds : ": " + limits;
+  const std::string outside = limits.empty() ? " " + bounds : ": " + limits;
   return CLI::Validator(
-      [min, max, range](std::string& text) -> std::string {
+      [min, max, notWhole, outside](std::string& text) -> std::string {
         const char* begin = text.data();
         const char* end = begin + text.size();
         if (begin != end && *begin == '+') ++begin;
+        // Digits, after one sign at most ("+-1" is no number).
+        const bool minus = begin == text.data() && begin != end && *begin == '-';
+        const char* digits = minus ? begin + 1 : begin;
+        const bool number =
+            digits != end && std::all_of(digits, end, [](char c) { return c >= '0' && c <= '9'; });
+        if (!number) return "'" + text + "' is not a whole number" + notWhole;
+        // from_chars fails for digits beyond T, and for a minus sign where T is unsigned.
         T v{};
         const auto [stop, ec] = std::from_chars(begin, end, v);
-        if (begin == end || ec != std::errc() || stop != end || v < min || v > max)
-          return "'" + text + "' is not a whole number" + range;
+        if (ec != std::errc() || stop != end || v < min || v > max)
+          return "'" + text + "' is out of range" + outside;
         text = std::to_string(v);
         return {};
       },
-      whole ? std::string() : "[" + std::to_string(min) + ", " + std::to_string(max) + "]",
-      "whole number");
+      whole ? std::string() : bounds, "whole number");
 }
 
 }  // namespace kmseg::cli
