@@ -27,13 +27,18 @@ namespace kmseg::cli {
 
 std::string secondsText(double seconds) {
   const double s = std::abs(seconds);
+  char buf[64];
+  // Below a millisecond six decimals would keep three digits or fewer ("0.000008").
+  if (s > 0.0 && s < 0.00099995) {
+    std::snprintf(buf, sizeof buf, "%.3e", seconds);
+    return buf;
+  }
   const int decimals = s >= 99.995      ? 1
                        : s >= 9.9995    ? 2
                        : s >= 0.99995   ? 3
                        : s >= 0.099995  ? 4
                        : s >= 0.0099995 ? 5
                                         : 6;
-  char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, seconds);
   return buf;
 }

@@ -37,8 +37,9 @@ struct Options {
 /// in progress and ends the process with the signal's default action.
 void runCommand(const std::string& command, const Options& options);
 
-/// A run's seconds as the table prints them: at least four significant digits from a GPU run of
-/// a small photo ("0.004123") to a CPU run of a large one ("123.5").
+/// A run's seconds as the table prints them, in at most nine characters: four significant
+/// digits or more, from a run of a few pixels ("8.123e-06") or a GPU run of a small photo
+/// ("0.004123") to a CPU run of a large one ("123.5").
 std::string secondsText(double seconds);
 
 /// The modes of a --modes list, in the order given. Throws InvalidArgument for an unknown name

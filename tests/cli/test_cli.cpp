@@ -69,6 +69,16 @@ std::size_t lines(const std::string& s) {
   return n;
 }
 
+// The significant digits of a number as printed ("0.004123" and "8.123e-06" have four).
+std::size_t significantDigits(std::string text) {
+  text = text.substr(0, text.find_first_of("eE"));
+  std::string digits;
+  for (char c : text)
+    if (c >= '0' && c <= '9') digits += c;
+  const auto first = digits.find_first_not_of('0');
+  return first == std::string::npos ? 0 : digits.size() - first;
+}
+
 bool emptyDir(const fs::path& d) {
   return !fs::exists(d) || fs::is_empty(d);
 }
@@ -167,11 +177,42 @@ TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {
     ASSERT_LT(run, report["runs"].size());
     const double seconds = report["runs"][run++]["seconds"].get<double>();
     const std::string& time = f[f.size() - 6];  // before SSE, Diff %, ARI, AMI, fallback%
-    EXPECT_NEAR(std::stod(time), seconds, std::max(5e-4 * seconds, 5e-7)) << line;
-    const auto digits = time.size() - time.find_first_not_of("0.");
-    EXPECT_GE(digits, seconds >= 0.001 ? 4u : 3u) << line;
+    EXPECT_NEAR(std::stod(time), seconds, 5e-4 * seconds) << line;
+    EXPECT_GE(significantDigits(time), 4u) << line;
   }
   EXPECT_EQ(run, 4u) << r.out;
+}
+
+// Runs on four pixels take microseconds: their times keep four significant digits too
+// ("8.123e-06", not "0.000008"), within the column's nine characters.
+TEST(Cli, TimesBelowAMillisecondKeepFourSignificantDigits) {
+  const fs::path tmp = test::freshTempDir("cli-short-times");
+  writeColorPng(tmp / "tiny.png", {0, 1, 1, 0}, 2, 2, makePalette(2));
+  const CliRun r = kmseg("compare '" + (tmp / "tiny.png").string() +
+                         "' -k 2 --modes fp32,fp64 --backend cpu --no-maps -q -o '" +
+                         (tmp / "out").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto report = nlohmann::json::parse(readAll(tmp / "out" / "tiny.compare.json"));
+  ASSERT_EQ(report["runs"].size(), 3u);
+  std::istringstream rows(r.out);
+  std::size_t run = 0;
+  for (std::string line; std::getline(rows, line);) {
+    if (line.rfind("reference ", 0) != 0 && line.rfind("fp32 ", 0) != 0 &&
+        line.rfind("fp64 ", 0) != 0)
+      continue;
+    ASSERT_LT(run, 3u) << r.out;
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string w; fields >> w;) f.push_back(w);
+    ASSERT_GE(f.size(), 9u) << line;
+    const std::string& time = f[f.size() - 6];  // before SSE, Diff %, ARI, AMI, fallback%
+    EXPECT_LE(time.size(), 9u) << line;
+    const double seconds = report["runs"][run++]["seconds"].get<double>();
+    ASSERT_GT(seconds, 0.0);
+    EXPECT_NEAR(std::stod(time), seconds, 5e-4 * seconds) << line;
+    EXPECT_GE(significantDigits(time), 4u) << line;
+  }
+  EXPECT_EQ(run, 3u) << r.out;
 }
 
 // Ctrl+C during the runs: they stop within an iteration, the rows printed stay, nothing is
