@@ -5,8 +5,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -254,6 +256,16 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "kmseg: %s\n", e.what());
+    return 1;
+  }
+  // The table is what the command prints: a write of it that failed (a full disk) fails the
+  // command.
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (!flushed || std::ferror(stdout)) {
+    std::fprintf(stderr, "kmseg: cannot write the table to standard output: %s\n",
+                 err ? std::strerror(err) : "a write failed");
     return 1;
   }
   return 0;

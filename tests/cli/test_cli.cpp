@@ -215,6 +215,33 @@ TEST(Cli, TimesBelowAMillisecondKeepFourSignificantDigits) {
   EXPECT_EQ(run, 3u) << r.out;
 }
 
+// A table that cannot be written (here to /dev/full) fails the command, with one line that
+// says so; the files are written all the same.
+TEST(Cli, ATableThatCannotBeWrittenFailsTheCommand) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const char* exe = std::getenv("KMSEG_CLI");
+  ASSERT_TRUE(exe);
+  const fs::path tmp = test::freshTempDir("cli-stdout-full");
+  const auto run = [&](const std::string& args) {
+    const std::string cmd =
+        "'" + std::string(exe) + "' " + args + " >/dev/full 2>'" + (tmp / "err").string() + "'";
+    const int status = std::system(cmd.c_str());
+    CliRun r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.err = readAll(tmp / "err");
+    return r;
+  };
+  const CliRun r = run("segment samples/coffee.png -k 2 -m fp32 --max-iter 5 -q -o '" +
+                       (tmp / "out").string() + "'");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("kmseg: cannot write the table to standard output: ", 0), 0u) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(tmp / "out" / "coffee.segment.json"));
+  const CliRun b = run("bench distances --points 10 --dim 4 --modes fp32");
+  EXPECT_EQ(b.code, 1) << b.err;
+  EXPECT_EQ(b.err.rfind("kmseg: cannot write the table to standard output: ", 0), 0u) << b.err;
+}
+
 // Ctrl+C during the runs: they stop within an iteration, the rows printed stay, nothing is
 // written, one line says so, exit code 130. The signal is sent once the reference's row is out,
 // while the modes after it (uniform fp16 to its cap of 300 iterations) still run.
