@@ -66,9 +66,11 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   cmd.add_option("--seed", o.workflow.seed, "Seed of the initial centres")
       ->transform(wholeNumberIn<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
-  cmd.add_option("--max-iter", p.maxIterations, "Iteration cap t_max (>= 1)")
-      ->transform(wholeNumberIn(kIntMin, kIntMax,
-                                "the iteration cap is from 1 to " + std::to_string(kIntMax)))
+  cmd.add_option("--max-iter", p.maxIterations,
+                 "Iteration cap t_max (1 to " + std::to_string(kmseg::kMaxIterations) + ")")
+      ->transform(
+          wholeNumberIn(kIntMin, kIntMax,
+                        "the iteration cap is from 1 to " + std::to_string(kmseg::kMaxIterations)))
       ->capture_default_str();
   cmd.add_option("--tol", p.tolerance, "Stop when the relative centre shift is below this (>= 0)")
       ->capture_default_str();
