@@ -212,10 +212,15 @@ void runCommand(const std::string& command, const Options& o) {
   EngineChoice choice = engine.get();
   if (!choice.note.empty() && !o.quiet) std::fprintf(stderr, "kmseg: %s\n", choice.note.c_str());
 
-  std::printf("%s: %d x %d pixels, K = %d, backend %s\n", o.image.filename().string().c_str(),
-              image.width, image.height, o.workflow.kmeans.k, choice.engine->description().c_str());
-  printTableHeader();
-  std::fflush(stdout);
+  // The table starts once the workflow has chosen its initial centres, so that what it refuses
+  // before any run (K above the distinct pixels) leaves standard output empty.
+  auto printHeader = [&] {
+    std::printf("%s: %d x %d pixels, K = %d, backend %s\n", o.image.filename().string().c_str(),
+                image.width, image.height, o.workflow.kmeans.k,
+                choice.engine->description().c_str());
+    printTableHeader();
+    std::fflush(stdout);
+  };
 
   // A live progress line on a terminal, at most ten updates a second; nothing when redirected.
   // It and the table's rows, printed as each run completes (runWorkflow may report a row from
@@ -241,6 +246,7 @@ void runCommand(const std::string& command, const Options& o) {
     if (live) std::fprintf(stderr, "\r%100s\r", "");
   };
   WorkflowRunsDone printRows;
+  printRows.started = printHeader;
   auto printRow = [&](const std::string& name, const KMeansResult& r, const Comparison* c) {
     const std::lock_guard lock(terminal);
     clearProgress();

@@ -64,6 +64,7 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
   out.initialIndices = chooseInitialCentres(features, params.kmeans.k, params.init, params.seed);
   const Matrix initial = gatherRows(features, out.initialIndices);
   const int runCount = 1 + int(modes.size());
+  if (runsDone.started) runsDone.started();
 
   auto runOne = [&](int run, Mode mode, Working working) {
     KMeansParams p = params.kmeans;

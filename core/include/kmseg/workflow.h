@@ -55,6 +55,9 @@ using WorkflowProgress =
 /// What a front end hears of a workflow's runs as each completes, in the order of the runs, so
 /// that it can show each one before the workflow ends. Either may be empty.
 struct WorkflowRunsDone {
+  /// Once the inputs are checked and the initial centres chosen, before the first run: what can
+  /// be refused without running (K above the distinct rows, say) has been by then.
+  std::function<void()> started;
   /// The reference's run (or the one given). It must stay as it is: the modes' comparisons
   /// read it.
   std::function<void(const KMeansResult& reference)> reference;
