@@ -622,14 +622,18 @@ std::vector<fs::path> prepareOutputDirectory(const fs::path& dir) {
     throwIo("use output directory", d, "it exists and is not a directory");
   std::vector<fs::path> created;
   if (!fs::exists(st)) {
-    // The missing ancestors, outermost first (a path that normalises away, such as "a/..",
-    // creates what create_directories creates and is left out).
-    fs::path normal = d.lexically_normal();
-    if (!normal.has_filename()) normal = normal.parent_path();  // "out/" names "out"
-    for (fs::path p = normal; !p.empty() && p != p.root_path(); p = p.parent_path()) {
-      if (fs::exists(fs::symlink_status(p, ec))) break;
-      created.insert(created.begin(), p);
-      if (!p.has_parent_path()) break;
+    // The missing directories, outermost first, as create_directories makes them: one per
+    // prefix of the path as given, so that "a/../b" records a as well as b (each in its
+    // normal form; "." and ".." steps and a trailing "/" name no new directory).
+    fs::path prefix;
+    for (const fs::path& part : d) {
+      prefix /= part;
+      if (part.empty() || part == "." || part == ".." || part == part.root_path()) continue;
+      if (!fs::exists(fs::symlink_status(prefix, ec))) {
+        const fs::path normal = prefix.lexically_normal();
+        if (std::find(created.begin(), created.end(), normal) == created.end())
+          created.push_back(normal);
+      }
     }
     fs::create_directories(d, ec);
     if (ec) {

@@ -510,6 +510,16 @@ TEST(ExportTest, PrepareOutputDirectoryCreatesNested) {
     kept.keep();
   }
   EXPECT_TRUE(fs::is_directory(dir / "g"));
+  // A path through "..": every directory create_directories makes is recorded, the one the
+  // ".." leaves too, and removed again.
+  {
+    const std::vector<fs::path> made = kmseg::prepareOutputDirectory(dir / "h" / ".." / "i" / "j");
+    EXPECT_EQ(made, (std::vector<fs::path>{dir / "h", dir / "i", dir / "i" / "j"}));
+    EXPECT_TRUE(fs::is_directory(dir / "h"));
+    kmseg::removeEmptyDirectories(made);
+  }
+  EXPECT_FALSE(fs::exists(dir / "h"));
+  EXPECT_FALSE(fs::exists(dir / "i"));
 }
 
 TEST(ExportTest, PrepareOutputDirectoryRejectsFileAndUnwritable) {
