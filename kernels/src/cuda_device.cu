@@ -121,35 +121,46 @@ class CudaEngine final : public KMeansEngine {
   }
 
  private:
+  /// Calls fn(i) for the rows the checks of kept data look at: 0, step, 2 step, ... (about 4096
+  /// spread rows) and the last one.
+  template <class Fn>
+  static void forSampledRows(std::size_t n, Fn&& fn) {
+    const std::size_t step = std::max<std::size_t>(1, n / 4096);
+    for (std::size_t i = 0; i < n; i += step) fn(i);
+    if (n > 0) fn(n - 1);
+  }
+
   /// What the engine notes of a kept matrix when it is kept: its size, its storage, and its
-  /// rows at kSampledRows spread indices (the first and the last among them), by value.
+  /// sampled rows (forSampledRows), by value.
   struct Shape {
-    static constexpr std::size_t kSampledRows = 4096;
     std::size_t rows = 0, cols = 0;
     const double* values = nullptr;
     std::vector<double> sampled;
 
-    static std::size_t step(std::size_t n) { return std::max<std::size_t>(1, n / kSampledRows); }
     static Shape of(const Matrix& m) {
       Shape s{m.rows, m.cols, m.values.data(), {}};
-      if (m.rows == 0) return s;
-      for (std::size_t i = 0; i < m.rows; i += step(m.rows))
-        s.sampled.insert(s.sampled.end(), m.values.begin() + std::ptrdiff_t(i * m.cols),
-                         m.values.begin() + std::ptrdiff_t((i + 1) * m.cols));
-      s.sampled.insert(s.sampled.end(), m.values.end() - std::ptrdiff_t(m.cols), m.values.end());
+      forSampledRows(m.rows, [&](std::size_t i) {
+        const auto row = m.values.begin() + std::ptrdiff_t(i * m.cols);
+        s.sampled.insert(s.sampled.end(), row, row + std::ptrdiff_t(m.cols));
+      });
       return s;
     }
     // Bit for bit, so that a NaN written over a sampled value is seen too.
-    bool operator==(const Shape& o) const {
-      return rows == o.rows && cols == o.cols && values == o.values &&
-             sampled.size() == o.sampled.size() &&
-             std::memcmp(sampled.data(), o.sampled.data(), sampled.size() * sizeof(double)) == 0;
+    bool describes(const Matrix& m) const {
+      if (m.rows != rows || m.cols != cols || m.values.data() != values) return false;
+      const double* next = sampled.data();
+      bool same = true;
+      forSampledRows(rows, [&](std::size_t i) {
+        same = same && std::memcmp(&m.values[i * cols], next, cols * sizeof(double)) == 0;
+        next += cols;
+      });
+      return same;
     }
   };
 
   /// The data of keepData and what the engine keeps of it between runs.
   struct Kept {
-    bool matches(const Matrix& m) const { return Shape::of(m) == shape; }
+    bool matches(const Matrix& m) const { return shape.describes(m); }
 
     const Matrix* data = nullptr;
     const FeatureLookup* lookup = nullptr;  ///< the data's lookup, if it has one
@@ -190,9 +201,7 @@ class CudaEngine final : public KMeansEngine {
                                 std::to_string(i) + ", feature " + std::to_string(q));
       }
     };
-    const std::size_t step = std::max<std::size_t>(1, n / 4096);
-    for (std::size_t i = 0; i < n; i += step) checkRow(i);
-    checkRow(n - 1);
+    forSampledRows(n, checkRow);
   }
 
   // Puts the kept data's rows on the device unless they are there, and points the run at them:
