@@ -91,8 +91,10 @@ void printTableNotes(const WorkflowResult& w, const std::vector<Mode>& modes) {
                   normOverflowNote(modes[i], rows, w.modes[i].result.labels.size()).c_str());
 }
 
-// Set by the first SIGINT or SIGTERM while runCommand runs.
+// Set by the first SIGINT or SIGTERM while runCommand runs, or when standard output's reader
+// went away during the runs (gStdoutClosed as well).
 std::atomic<bool> gInterrupted{false};
+std::atomic<bool> gStdoutClosed{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 
 // Where runCommand is, for the signal handler: running (the runs check gInterrupted), writing
@@ -158,10 +160,18 @@ class InterruptGuard {
     action.sa_flags = SA_RESTART;
     sigaction(SIGINT, &action, &oldInt_);
     sigaction(SIGTERM, &action, &oldTerm_);
+    // A write to a pipe whose reader has gone fails with EPIPE instead of killing the process,
+    // which would leave the output directories it made (flushTable then stops the runs).
+    gStdoutClosed.store(false);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &oldPipe_);
   }
   ~InterruptGuard() {
     sigaction(SIGINT, &oldInt_, nullptr);
     sigaction(SIGTERM, &oldTerm_, nullptr);
+    sigaction(SIGPIPE, &oldPipe_, nullptr);
   }
   InterruptGuard(const InterruptGuard&) = delete;
   InterruptGuard& operator=(const InterruptGuard&) = delete;
@@ -175,7 +185,25 @@ class InterruptGuard {
  private:
   struct sigaction oldInt_ {};
   struct sigaction oldTerm_ {};
+  struct sigaction oldPipe_ {};
 };
+
+/// Flushes the table. When its reader has gone (EPIPE), the runs stop as on a first interrupt,
+/// and gStdoutClosed says why. Another failure (a full disk) lets the command go on: main()
+/// reports it once the files are written.
+void flushTable() {
+  errno = 0;
+  if (std::fflush(stdout) == 0 || errno != EPIPE) return;
+  gStdoutClosed.store(true);
+  int phase = kRunning;
+  if (gPhase.compare_exchange_strong(phase, kStopping)) gInterrupted.store(true);
+}
+
+/// The Cancelled that a stop of the runs throws: StdoutClosed when standard output closed.
+[[noreturn]] void throwStopped() {
+  if (gStdoutClosed.load()) throw StdoutClosed();
+  throw Cancelled();
+}
 
 }  // namespace
 
@@ -219,7 +247,7 @@ void runCommand(const std::string& command, const Options& o) {
                 image.width, image.height, o.workflow.kmeans.k,
                 choice.engine->description().c_str());
     printTableHeader();
-    std::fflush(stdout);
+    flushTable();
   };
 
   // A live progress line on a terminal, at most ten updates a second; nothing when redirected.
@@ -247,11 +275,17 @@ void runCommand(const std::string& command, const Options& o) {
   };
   WorkflowRunsDone printRows;
   printRows.started = printHeader;
+  // A run that Auto's GPU engine could not do says so once, as it comes (the runs after a GPU
+  // failure repeat the same note, which is printed once).
+  std::string lastNote;
   auto printRow = [&](const std::string& name, const KMeansResult& r, const Comparison* c) {
     const std::lock_guard lock(terminal);
     clearProgress();
+    if (!r.backendNote.empty() && r.backendNote != lastNote && !o.quiet)
+      std::fprintf(stderr, "kmseg: %s: %s\n", name.c_str(), r.backendNote.c_str());
+    lastNote = r.backendNote;
     std::printf("%s\n", formatRow(name.c_str(), r, c).c_str());
-    std::fflush(stdout);
+    flushTable();
     lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
   };
   printRows.reference = [&](const KMeansResult& r) { printRow("reference", r, nullptr); };
@@ -262,16 +296,20 @@ void runCommand(const std::string& command, const Options& o) {
     try {
       return runWorkflow(*choice.engine, features.rows, o.modes, workflow, progress, &gInterrupted,
                          features.lookup ? &*features.lookup : nullptr, nullptr, printRows);
+    } catch (const Cancelled&) {
+      clearProgress();  // the interrupt's line then starts a line of its own
+      throwStopped();
     } catch (...) {
-      clearProgress();  // the interrupt's or the error's line then starts a line of its own
+      clearProgress();  // the error's line then starts a line of its own
       throw;
     }
   }();
   clearProgress();
   printTableNotes(w, o.modes);
-  // An interrupt after the last run's last check: still nothing written. From here on a first
-  // interrupt lets the files be finished.
-  if (!interrupts.startWriting()) throw Cancelled();
+  flushTable();
+  // An interrupt (or a closed standard output) after the last run's last check: still nothing
+  // written. From here on a first interrupt lets the files be finished.
+  if (!interrupts.startWriting()) throwStopped();
 
   // Outputs: label map (exact ids), colour map and disagreement mask per run, then reports.
   const auto palette = makePalette(std::min(o.workflow.kmeans.k, 65536), o.palette);

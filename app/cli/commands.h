@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kmseg/engine.h"
+#include "kmseg/error.h"
 #include "kmseg/export.h"
 #include "kmseg/features.h"
 #include "kmseg/image_io.h"
@@ -35,7 +36,12 @@ struct Options {
 /// throws Cancelled before any output is written; once the files are being written, it says on
 /// stderr that they are finished first. A second one removes the temporary files of the writes
 /// in progress and ends the process with the signal's default action.
+/// When standard output is a pipe whose reader has gone (`kmseg compare ... | head -3`), the
+/// runs stop the same way and StdoutClosed is thrown instead, before any output is written.
 void runCommand(const std::string& command, const Options& options);
+
+/// Standard output's reader went away during the runs (EPIPE): they stopped, nothing was written.
+class StdoutClosed : public Cancelled {};
 
 /// A run's seconds as the table prints them, in at most nine characters: four significant
 /// digits or more, from a run of a few pixels ("8.123e-06") or a GPU run of a small photo

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -249,6 +250,10 @@ int main(int argc, char** argv) {
       kmseg::cli::runCommand(isSegment ? "segment" : "compare", opts);
     else
       kmseg::cli::runBench(benchOpts);
+  } catch (const kmseg::cli::StdoutClosed&) {
+    std::fprintf(stderr,
+                 "kmseg: standard output was closed: the runs stopped and no file was written\n");
+    return 128 + SIGPIPE;  // as shells report a process ended by SIGPIPE
   } catch (const kmseg::Cancelled&) {
     std::fflush(stdout);
     std::fprintf(stderr,

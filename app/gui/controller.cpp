@@ -163,8 +163,10 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
     outcome->palette = makePalette(std::min(params.workflow.kmeans.k, 65536), params.palette);
     // The run before computed this run's reference when it took the same features on the same
     // kind of engine with parameters that give the same reference.
+    // (Not a reference that Auto's GPU engine left to the CPU: this job's engine is the GPU's.)
     const bool reuse = previous && previous->reference && previous->features == prepared &&
                        previous->backend == choice.backend &&
+                       previous->reference->backendNote.empty() &&
                        sameReference(previous->params.workflow, params.workflow);
     outcome->referenceGiven = reuse;
     const int maxIterations = params.workflow.kmeans.maxIterations;
@@ -444,7 +446,14 @@ void Controller::onRunResult(int id, int index) {
   } else if (ev.kind == RunEvent::Kind::Rows) {
     outcome_ = ev.outcome;
     features_ = outcome_->features;
-    if (outcome_->readyRows() == 1)  // the job's first row: the engine is known
+    const int row = outcome_->readyRows() - 1;
+    const KMeansResult& newest = outcome_->result(row);
+    if (!newest.backendNote.empty() && (row == 0 || outcome_->result(row - 1).backendNote.empty()))
+      // Auto's GPU engine did not do this run (it failed, or the run was beyond its limits): the
+      // status line says why from the first such row on.
+      emit backendChanged(QString::fromStdString(newest.backend),
+                          QString::fromStdString(newest.backendNote));
+    else if (row == 0)  // the job's first row: the engine is known
       emit backendChanged(QString::fromStdString(outcome_->engine),
                           QString::fromStdString(outcome_->backendNote));
     emit rowsReady(id);

@@ -574,6 +574,10 @@ QString MainWindow::backendText() const {
   return backendLabel_->text();
 }
 
+QString MainWindow::backendToolTip() const {
+  return backendLabel_->toolTip();
+}
+
 void MainWindow::showPixel(QPoint pixel) {
   const auto image = controller_->image();
   if (!image || pixel.x() < 0) {

@@ -95,6 +95,8 @@ class MainWindow : public QMainWindow {
   QString pixelText() const;
   QString sizeText() const;
   QString backendText() const;
+  /// The backend's whole text, with the reason when a run did not take the chosen engine.
+  QString backendToolTip() const;
   /// Recently opened files, newest first (absolute paths).
   QStringList recentFiles() const { return recent_; }
 

@@ -232,6 +232,7 @@ QVariant ResultsModel::data(const QModelIndex& index, int role) const {
     if (overflowed)
       tips << QString::fromStdString(normOverflowNote(r.mode, r.normOverflows, r.labels.size())) +
                   QStringLiteral(".");
+    if (!r.backendNote.empty()) tips << QString::fromStdString(r.backendNote) + QStringLiteral(".");
     if (row == 0) tips << tr("The fp64 reference every mode is compared with.");
     if (!tips.isEmpty()) return tips.join(QStringLiteral("\n"));
   }

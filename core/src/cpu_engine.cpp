@@ -1027,11 +1027,87 @@ struct GpuRegistration {
   GpuEngineFactory factory = nullptr;
   int maxClusters = 0;
   std::size_t maxFeatures = 0;
+  std::size_t maxRows = 0;
 };
 GpuRegistration& gpuRegistration() {
   static GpuRegistration r;
   return r;
 }
+
+// Why the GPU engine of `reg` cannot take a run of K = `k`, D = `d` and N = `n` (0: not known),
+// or empty when it can.
+std::string beyondGpuLimits(const GpuRegistration& reg, int k, std::size_t d, std::size_t n) {
+  if (k > reg.maxClusters)
+    return "K = " + std::to_string(k) + " is above the CUDA engine's maximum of " +
+           std::to_string(reg.maxClusters);
+  if (d > reg.maxFeatures)
+    return "D = " + std::to_string(d) + " features is above the CUDA engine's maximum of " +
+           std::to_string(reg.maxFeatures);
+  if (n > reg.maxRows)
+    return "N = " + std::to_string(n) + " samples is above the CUDA engine's maximum of " +
+           std::to_string(reg.maxRows);
+  return {};
+}
+
+// What Auto gives when it gives the GPU: the GPU engine, with the CPU in reserve.
+// - A run beyond the GPU engine's limits (K, D or N, when the caller could not say them before)
+//   runs on the CPU.
+// - A run that fails with BackendError (device out of memory, a device fault) is done again on
+//   the CPU, and so is every later run of this engine: a device fault leaves the GPU engine
+//   unusable, and data that did not fit would not fit again. The GPU engine is released at the
+//   switch, with whatever device memory it kept.
+// Each such result says why in its backendNote.
+class AutoEngine final : public KMeansEngine {
+ public:
+  AutoEngine(std::unique_ptr<KMeansEngine> gpu, const GpuRegistration& limits, int threads)
+      : gpu_(std::move(gpu)), limits_(limits), threads_(threads) {}
+
+  std::string description() const override {
+    return gpu_ ? gpu_->description() : cpu_->description();
+  }
+
+  KMeansResult run(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
+                   const RunControl& control) override {
+    std::string note = failure_;
+    if (gpu_) {
+      const std::string beyond = beyondGpuLimits(limits_, params.k, data.cols, data.rows);
+      if (beyond.empty()) {
+        try {
+          return gpu_->run(data, initialCentres, params, control);
+        } catch (const BackendError& e) {
+          // Anything else (bad input, a cancel, host memory) is the caller's to see as it is.
+          failure_ = std::string("on the CPU: an earlier GPU run failed (") + e.what() + ")";
+          note = std::string("the GPU run failed (") + e.what() + "); it ran on the CPU instead";
+          gpu_->keepData({});
+          gpu_.reset();  // its destructor releases the device memory and reports no error
+        }
+      } else {
+        note = "on the CPU: " + beyond;
+      }
+    }
+    if (!cpu_) {
+      cpu_ = makeCpuEngine(threads_);
+      cpu_->keepData(kept_);
+    }
+    KMeansResult r = cpu_->run(data, initialCentres, params, control);
+    r.backendNote = note;
+    return r;
+  }
+
+  void keepData(const KeptFeatures& kept) override {
+    kept_ = kept;
+    if (gpu_) gpu_->keepData(kept);
+    if (cpu_) cpu_->keepData(kept);
+  }
+
+ private:
+  std::unique_ptr<KMeansEngine> gpu_;  ///< null once a run failed on it
+  std::unique_ptr<KMeansEngine> cpu_;  ///< made when a run first needs it
+  GpuRegistration limits_;
+  int threads_;
+  KeptFeatures kept_;
+  std::string failure_;  ///< the note of runs after the GPU failed
+};
 
 }  // namespace
 
@@ -1045,9 +1121,10 @@ std::unique_ptr<KMeansEngine> makeCpuEngine(int threads) {
   return std::make_unique<CpuEngine>(threads);
 }
 
-void registerGpuEngineFactory(GpuEngineFactory factory, int maxClusters, std::size_t maxFeatures) {
+void registerGpuEngineFactory(GpuEngineFactory factory, int maxClusters, std::size_t maxFeatures,
+                              std::size_t maxRows) {
   std::lock_guard lock(registryMutex());
-  gpuRegistration() = {factory, maxClusters, maxFeatures};
+  gpuRegistration() = {factory, maxClusters, maxFeatures, maxRows};
 }
 
 std::string_view backendName(Backend b) {
@@ -1077,19 +1154,20 @@ EngineChoice makeEngine(Backend backend, int threads, const EngineNeeds& needs) 
       std::lock_guard lock(registryMutex());
       gpuReg = gpuRegistration();
     }
-    std::string why;
-    if (!gpuReg.factory) {
-      why = "this build has no CUDA engine";
-    } else if (backend == Backend::Auto && needs.clusters > gpuReg.maxClusters) {
-      why = "K = " + std::to_string(needs.clusters) + " is above the CUDA engine's maximum of " +
-            std::to_string(gpuReg.maxClusters);
-    } else if (backend == Backend::Auto && needs.features > gpuReg.maxFeatures) {
-      why = "D = " + std::to_string(needs.features) + " features is above the CUDA engine's " +
-            "maximum of " + std::to_string(gpuReg.maxFeatures);
-    } else if (auto gpu = gpuReg.factory(why)) {
-      choice.engine = std::move(gpu);
-      choice.backend = Backend::Cuda;
-      return choice;
+    // An explicit cuda backend leaves K, D or N beyond the limits to the engine's own error.
+    std::string why = !gpuReg.factory ? "this build has no CUDA engine"
+                      : backend == Backend::Auto
+                          ? beyondGpuLimits(gpuReg, needs.clusters, needs.features, needs.rows)
+                          : std::string();
+    if (why.empty()) {
+      if (auto gpu = gpuReg.factory(why)) {
+        if (backend == Backend::Auto)
+          choice.engine = std::make_unique<AutoEngine>(std::move(gpu), gpuReg, threads);
+        else
+          choice.engine = std::move(gpu);
+        choice.backend = Backend::Cuda;
+        return choice;
+      }
     }
     if (backend == Backend::Cuda) throw BackendError("the CUDA backend is not available: " + why);
     choice.note = "using the CPU: " + why;

@@ -108,6 +108,7 @@ json runJson(const ModeReport& run) {
           {"empty_cluster_events", r.emptyClusterEvents},
           {"norm_overflows", r.normOverflows},
           {"backend", r.backend},
+          {"backend_note", r.backendNote.empty() ? json(nullptr) : json(r.backendNote)},
           {"centroids", centroidsJson(r.centroids)},
           {"comparison", run.comparison ? comparisonJson(*run.comparison) : json(nullptr)},
           {"trace", traceJson(r.trace)}};

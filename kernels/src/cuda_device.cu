@@ -46,7 +46,7 @@ double checkInputs(const Matrix& data, const Matrix& init, const KMeansParams& p
     throw InvalidArgument("D = " + std::to_string(data.cols) +
                           " features exceed the CUDA engine's limit of " +
                           std::to_string(kCudaMaxFeatures));
-  if (data.rows >= (std::size_t(1) << 31))
+  if (data.rows > kCudaMaxRows)
     throw InvalidArgument("N = " + std::to_string(data.rows) +
                           " samples exceed the CUDA engine's limit of 2^31 - 1");
   if (init.rows != std::size_t(params.k) || init.cols != data.cols)
@@ -366,7 +366,8 @@ std::vector<CudaDeviceInfo> cudaDevices(std::string* whyNot) {
 }
 
 void registerCudaEngine() {
-  registerGpuEngineFactory(&cudaFactory, kCudaMaxClusters, std::size_t(kCudaMaxFeatures));
+  registerGpuEngineFactory(&cudaFactory, kCudaMaxClusters, std::size_t(kCudaMaxFeatures),
+                           kCudaMaxRows);
 }
 
 std::unique_ptr<KMeansEngine> makeCudaEngine() {

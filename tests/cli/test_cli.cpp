@@ -300,6 +300,52 @@ TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
   EXPECT_TRUE(fs::is_empty(out.parent_path()));
 }
 
+// A reader that goes away (`kmseg compare ... | head -2`): the next row the command prints
+// stops the runs, nothing is written, one line says so, and the exit code is that of SIGPIPE
+// (141); the output folder it made goes again.
+TEST(Cli, AClosedStandardOutputStopsTheRunsAndWritesNothing) {
+  const char* exe = std::getenv("KMSEG_CLI");
+  ASSERT_TRUE(exe);
+  const fs::path out = test::freshTempDir("cli-stdout-closed") / "out";
+  const fs::path err = test::freshTempDir("cli-stdout-closed-err") / "err";
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const std::string outArg = out.string();
+  std::vector<std::string> args = {exe,       "compare",        "samples/coffee.png", "-k",  "8",
+                                   "--modes", "fp16,fp32,bf16", "--backend",          "cpu", "-o",
+                                   outArg};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, exe, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  FILE* stream = ::fdopen(fds[0], "r");
+  ASSERT_TRUE(stream);
+  // Read up to the reference's row, then go away.
+  char buf[512];
+  bool sawReference = false;
+  while (!sawReference && std::fgets(buf, sizeof buf, stream))
+    sawReference = std::string(buf).rfind("reference ", 0) == 0;
+  std::fclose(stream);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(sawReference);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 141);
+  const std::string e = readAll(err);
+  EXPECT_EQ(e, "kmseg: standard output was closed: the runs stopped and no file was written\n");
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(fs::is_empty(out.parent_path()));
+}
+
 // Names of the temporary files of atomic writes (".NAME.tmp-XXXXXX") in `dir`.
 std::vector<std::string> temporaryFiles(const fs::path& dir) {
   std::vector<std::string> names;

@@ -862,6 +862,160 @@ TEST(Engine, AutoChoosesTheCpuForKOrDBeyondTheGpuEnginesLimits) {
             "using the CPU: this build has no CUDA engine");
 }
 
+// A GPU engine whose runs fail as a device can (out of memory, a fault): a stand-in, since no
+// GPU exists where these tests must run. What it throws, and what it was told, are recorded.
+struct FailingGpuState {
+  int runs = 0;
+  std::vector<const Matrix*> kept;  // each keepData's matrix, null for a release
+  std::function<void()> fail;       // throws what the run throws
+};
+FailingGpuState gFailingGpu;
+
+class FailingGpu final : public KMeansEngine {
+ public:
+  std::string description() const override { return "stand-in GPU"; }
+  KMeansResult run(const Matrix&, const Matrix&, const KMeansParams&, const RunControl&) override {
+    ++gFailingGpu.runs;
+    gFailingGpu.fail();
+    return {};
+  }
+  void keepData(const KeptFeatures& kept) override { gFailingGpu.kept.push_back(kept.data); }
+};
+
+std::unique_ptr<KMeansEngine> failingGpu(std::string&) {
+  return std::make_unique<FailingGpu>();
+}
+
+// Registers failingGpu for one test, with a failure and at most `maxRows` rows.
+struct FailingGpuRegistration {
+  FailingGpuRegistration(std::function<void()> fail, std::size_t maxRows = std::size_t(-1)) {
+    gFailingGpu = {};
+    gFailingGpu.fail = std::move(fail);
+    registerGpuEngineFactory(&failingGpu, 1024, 128, maxRows);
+  }
+  ~FailingGpuRegistration() { registerGpuEngineFactory(nullptr, 0, 0); }
+};
+
+// Auto's GPU engine hands a run that fails on the device to the CPU, says so in the result, and
+// keeps to the CPU from then on; the result is the CPU engine's own.
+TEST(Engine, AutoRunsAFailedGpuRunAgainOnTheCpu) {
+  const FailingGpuRegistration reg(
+      [] { throw BackendError("CUDA: cannot allocate 4096 bytes for the labels"); });
+  const EngineChoice choice = makeEngine(Backend::Auto, 1, {3, 5, 500});
+  ASSERT_EQ(choice.backend, Backend::Cuda);
+  EXPECT_TRUE(choice.note.empty()) << choice.note;
+  EXPECT_EQ(choice.engine->description(), "stand-in GPU");
+
+  const Matrix data = randomData(500, 5, 11);
+  const Matrix init = gatherRows(data, {1, 2, 3});
+  KMeansParams p;
+  p.k = 3;
+  p.mode = Mode::Fp16Fp32;
+  KMeansResult first;
+  {
+    const KeptData kept(*choice.engine, data);
+    first = choice.engine->run(data, init, p);
+  }
+  EXPECT_EQ(gFailingGpu.runs, 1);
+  // Told to keep the data, then released when it failed; the CPU took the rest.
+  EXPECT_EQ(gFailingGpu.kept, (std::vector<const Matrix*>{&data, nullptr}));
+  EXPECT_EQ(first.backendNote,
+            "the GPU run failed (CUDA: cannot allocate 4096 bytes for the labels); it ran on the "
+            "CPU instead");
+  EXPECT_EQ(first.backend, "CPU (1 thread)");
+  EXPECT_EQ(choice.engine->description(), "CPU (1 thread)");
+  const KMeansResult cpu = makeCpuEngine(1)->run(data, init, p);
+  EXPECT_EQ(first.labels, cpu.labels);
+  EXPECT_EQ(first.centroids.values, cpu.centroids.values);
+  EXPECT_EQ(first.fallbacks, cpu.fallbacks);
+  EXPECT_EQ(first.iterations, cpu.iterations);
+
+  // The next run does not try the failed GPU engine again.
+  p.mode = Mode::Fp32;
+  const KMeansResult second = choice.engine->run(data, init, p);
+  EXPECT_EQ(gFailingGpu.runs, 1);
+  EXPECT_EQ(second.backendNote,
+            "on the CPU: an earlier GPU run failed (CUDA: cannot allocate 4096 bytes for the "
+            "labels)");
+  EXPECT_EQ(second.labels, makeCpuEngine(1)->run(data, init, p).labels);
+}
+
+// A whole comparison on Auto's GPU engine that fails at its first run: every row is the CPU's,
+// and the reference's note names the failure.
+TEST(Engine, AutoWorkflowFinishesOnTheCpuAfterAGpuFailure) {
+  const FailingGpuRegistration reg([] { throw BackendError("CUDA error in the assignment"); });
+  const Matrix data = randomData(300, 5, 12);
+  WorkflowParams p;
+  p.kmeans.k = 4;
+  const std::vector<Mode> modes = {Mode::Fp32, Mode::Bf16Fp64};
+  const WorkflowResult gpu = runWorkflow(*makeEngine(Backend::Auto, 1).engine, data, modes, p);
+  const WorkflowResult cpu = runWorkflow(*makeCpuEngine(1), data, modes, p);
+  EXPECT_EQ(gFailingGpu.runs, 1);
+  EXPECT_EQ(gpu.engine, "stand-in GPU");  // the engine the workflow was given
+  EXPECT_NE(gpu.reference.backendNote.find("the GPU run failed (CUDA error in the assignment)"),
+            std::string::npos)
+      << gpu.reference.backendNote;
+  EXPECT_EQ(gpu.reference.labels, cpu.reference.labels);
+  ASSERT_EQ(gpu.modes.size(), 2u);
+  for (std::size_t m = 0; m < 2; ++m) {
+    EXPECT_EQ(gpu.modes[m].result.backend, "CPU (1 thread)");
+    EXPECT_NE(gpu.modes[m].result.backendNote.find("an earlier GPU run failed"), std::string::npos);
+    EXPECT_EQ(gpu.modes[m].result.labels, cpu.modes[m].result.labels);
+    EXPECT_EQ(gpu.modes[m].comparison.diffPercent, cpu.modes[m].comparison.diffPercent);
+  }
+  EXPECT_TRUE(cpu.reference.backendNote.empty());
+}
+
+// Only the backend's own failures move a run to the CPU: bad input and a cancel reach the caller
+// as they are, the GPU engine stays, and an explicit cuda backend does not fall back at all.
+TEST(Engine, AutoLeavesOtherErrorsAndTheCudaBackendAlone) {
+  std::function<void()> fail = [] { throw InvalidArgument("K = 2000 exceeds the limit"); };
+  const FailingGpuRegistration reg([&] { fail(); });
+  const Matrix data = randomData(50, 2, 13);
+  const Matrix init = gatherRows(data, {0, 1});
+  KMeansParams p;
+  p.k = 2;
+  const EngineChoice autoChoice = makeEngine(Backend::Auto, 1);
+  EXPECT_THROW(autoChoice.engine->run(data, init, p), InvalidArgument);
+  fail = [] { throw Cancelled(); };
+  EXPECT_THROW(autoChoice.engine->run(data, init, p), Cancelled);
+  EXPECT_EQ(gFailingGpu.runs, 2);
+  EXPECT_EQ(autoChoice.engine->description(), "stand-in GPU");
+
+  fail = [] { throw BackendError("device lost"); };
+  const EngineChoice cuda = makeEngine(Backend::Cuda, 1);
+  EXPECT_EQ(cuda.engine->description(), "stand-in GPU");
+  EXPECT_THROW(cuda.engine->run(data, init, p), BackendError);
+  EXPECT_EQ(cuda.engine->description(), "stand-in GPU");
+}
+
+// N beyond the GPU engine's limit: Auto chooses the CPU when it is told N, and its GPU engine
+// sends such a run to the CPU when it was not (without trying the GPU, and without giving it up).
+TEST(Engine, AutoTakesRowsBeyondTheGpuLimitOnTheCpu) {
+  const FailingGpuRegistration reg([] { throw BackendError("not expected"); }, 40);
+  const EngineChoice many = makeEngine(Backend::Auto, 1, {2, 2, 41});
+  EXPECT_EQ(many.backend, Backend::Cpu);
+  EXPECT_EQ(many.note, "using the CPU: N = 41 samples is above the CUDA engine's maximum of 40");
+  EXPECT_EQ(makeEngine(Backend::Auto, 1, {2, 2, 40}).backend, Backend::Cuda);
+
+  const EngineChoice unknown = makeEngine(Backend::Auto, 1, {2, 2});
+  ASSERT_EQ(unknown.backend, Backend::Cuda);
+  const Matrix data = randomData(41, 2, 14);
+  const Matrix init = gatherRows(data, {0, 1});
+  KMeansParams p;
+  p.k = 2;
+  const KMeansResult r = unknown.engine->run(data, init, p);
+  EXPECT_EQ(gFailingGpu.runs, 0);
+  EXPECT_EQ(r.backendNote, "on the CPU: N = 41 samples is above the CUDA engine's maximum of 40");
+  EXPECT_EQ(r.labels, makeCpuEngine(1)->run(data, init, p).labels);
+  EXPECT_EQ(unknown.engine->description(), "stand-in GPU");
+  // A run within the limit still goes to the GPU engine (which fails here, so the CPU takes it).
+  const Matrix fewer = randomData(40, 2, 15);
+  const KMeansResult within = unknown.engine->run(fewer, gatherRows(fewer, {0, 1}), p);
+  EXPECT_EQ(gFailingGpu.runs, 1);
+  EXPECT_EQ(within.backendNote, "the GPU run failed (not expected); it ran on the CPU instead");
+}
+
 TEST(Engine, FactoryFallsBackToTheCpuWithAReason) {
   auto choice = makeEngine(Backend::Auto, 2);
   ASSERT_NE(choice.engine, nullptr);

@@ -132,6 +132,19 @@ TEST(ReportTest, CompareListsEveryModeAndSegmentNamesItsMode) {
   EXPECT_EQ(p["modes"], json::array({"fp16>fp32"}));
 }
 
+// A run that Auto's GPU engine left to the CPU says why, in its own entry.
+TEST(ReportTest, JsonNamesARunsBackendNote) {
+  Fixture f;
+  kmseg::KMeansResult moved = f.mixed;
+  moved.backend = "CPU (2 threads)";
+  moved.backendNote = "the GPU run failed (CUDA: out of memory); it ran on the CPU instead";
+  f.report.runs.back().result = &moved;
+  const json runs = json::parse(kmseg::reportJson(f.report))["runs"];
+  EXPECT_TRUE(runs[0]["backend_note"].is_null());
+  EXPECT_EQ(runs[1]["backend"], "CPU (2 threads)");
+  EXPECT_EQ(runs[1]["backend_note"], moved.backendNote);
+}
+
 TEST(ReportTest, JsonParsesBackWithExpectedValues) {
   Fixture f;
   const json doc = json::parse(kmseg::reportJson(f.report));
@@ -180,6 +193,7 @@ TEST(ReportTest, JsonParsesBackWithExpectedValues) {
   EXPECT_EQ(run["fallback_ratio"], 0.25);
   EXPECT_EQ(run["empty_cluster_events"], 2);
   EXPECT_EQ(run["backend"], "GPU, \"H200\"");
+  EXPECT_TRUE(run["backend_note"].is_null());
   ASSERT_EQ(run["centroids"].size(), 3u);
   EXPECT_EQ(run["centroids"][2], json({0.0, 0.75}));
   EXPECT_TRUE(run["centroids"][1][0].is_null());

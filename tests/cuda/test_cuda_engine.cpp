@@ -2,6 +2,7 @@
 // The CUDA engine against the CPU engine (the golden model) on the same inputs and initial
 // centres, every mode; determinism, edge sizes, empty clusters, cancellation and bad input.
 // Every test skips when no CUDA device answers, so the suite builds and passes in CI.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -1104,6 +1105,48 @@ TEST(CudaEngine, AutoChoosesTheDevice) {
   const EngineChoice c = makeEngine(Backend::Auto);
   EXPECT_EQ(c.backend, Backend::Cuda) << c.note;
   EXPECT_NE(c.engine->description().find("CUDA"), std::string::npos);
+}
+
+// A real device out-of-memory, not a stand-in: the test takes nearly all of the device's free
+// memory, then runs on Auto's GPU engine data that no longer fits. The run is done on the CPU,
+// gives the CPU engine's result and says why; the engine's later runs stay on the CPU.
+TEST(CudaEngine, AutoRunsOnTheCpuWhenTheDeviceIsOutOfMemory) {
+  KMSEG_REQUIRE_GPU();
+  registerCudaEngine();
+  const EngineChoice choice = makeEngine(Backend::Auto, 0);
+  ASSERT_EQ(choice.backend, Backend::Cuda) << choice.note;
+  struct Hog {
+    std::vector<void*> blocks;
+    ~Hog() {
+      for (void* b : blocks) cudaFree(b);
+    }
+  } hog;
+  const std::size_t keep = std::size_t(2) << 20;  // 2 MiB left free
+  for (std::size_t chunk = std::size_t(1) << 30; chunk >= (std::size_t(1) << 20); chunk >>= 1) {
+    for (;;) {
+      std::size_t freeB = 0, totalB = 0;
+      ASSERT_EQ(cudaMemGetInfo(&freeB, &totalB), cudaSuccess);
+      void* b = nullptr;
+      if (freeB < chunk + keep || cudaMalloc(&b, chunk) != cudaSuccess) break;
+      hog.blocks.push_back(b);
+    }
+  }
+  (void)cudaGetLastError();
+  const Matrix data = test::randomData(200000, 5, 41);  // 4 MB of fp32 rows alone
+  const Matrix init = gatherRows(data, {0, 1, 2, 3, 4, 5, 6, 7});
+  const KMeansParams p = paramsFor(Mode::Fp16Fp32, 8);
+  const KMeansResult r = choice.engine->run(data, init, p);
+  EXPECT_NE(r.backendNote.find("the GPU run failed ("), std::string::npos) << r.backendNote;
+  EXPECT_NE(r.backendNote.find("it ran on the CPU instead"), std::string::npos) << r.backendNote;
+  EXPECT_EQ(r.backend.rfind("CPU (", 0), 0u) << r.backend;
+  const KMeansResult cpu = makeCpuEngine(0)->run(data, init, p);
+  EXPECT_EQ(r.labels, cpu.labels);
+  EXPECT_EQ(r.fallbacks, cpu.fallbacks);
+  EXPECT_EQ(r.iterations, cpu.iterations);
+  std::printf("out of memory, run on the CPU: %s\n", r.backendNote.c_str());
+  const KMeansResult again = choice.engine->run(data, init, paramsFor(Mode::Fp32, 8));
+  EXPECT_NE(again.backendNote.find("an earlier GPU run failed"), std::string::npos)
+      << again.backendNote;
 }
 
 // The tiled pass's one wave: N = 100 000 on the H200's 264 slots (two blocks per SM) is 1 563

@@ -310,6 +310,37 @@ TEST(ResultsModel, TimeAndBackendTooltipsGiveTheWholeValue) {
                                    "compared with."));
 }
 
+// A run that Auto's GPU engine left to the CPU names its backend and, in every column's tooltip,
+// why; the other rows do not.
+TEST(ResultsModel, ARunMovedToTheCpuSaysWhyInItsTooltip) {
+  auto outcome = std::make_shared<RunOutcome>();
+  outcome->modes = {Mode::Fp32};
+  KMeansResult reference;
+  reference.mode = Mode::Fp64;
+  reference.stop = StopReason::Converged;
+  reference.backend = "NVIDIA H200 (CUDA)";
+  outcome->reference = std::make_shared<const KMeansResult>(reference);
+  ModeOutcome o;
+  o.result = reference;
+  o.result.mode = Mode::Fp32;
+  o.result.backend = "CPU (2 threads)";
+  o.result.backendNote = "the GPU run failed (CUDA: out of memory); it ran on the CPU instead";
+  outcome->finished.push_back(std::make_shared<const ModeOutcome>(o));
+  ResultsModel model;
+  model.setOutcome(outcome);
+  auto cell = [&](int row, int column, int role) {
+    return model.data(model.index(row, column), role).toString();
+  };
+  EXPECT_EQ(cell(1, ResultsModel::BackendColumn, Qt::DisplayRole),
+            QStringLiteral("CPU (2 threads)"));
+  EXPECT_EQ(cell(1, ResultsModel::BackendColumn, Qt::ToolTipRole),
+            QStringLiteral("CPU (2 threads)\nthe GPU run failed (CUDA: out of memory); it ran on "
+                           "the CPU instead."));
+  EXPECT_EQ(cell(1, ResultsModel::SseColumn, Qt::ToolTipRole),
+            QStringLiteral("the GPU run failed (CUDA: out of memory); it ran on the CPU instead."));
+  EXPECT_FALSE(cell(0, ResultsModel::SseColumn, Qt::ToolTipRole).contains(QStringLiteral("GPU")));
+}
+
 // The run time the window reports counts the reference once: an fp64 mode is its run again.
 TEST(RunOutcome, RunSecondsCountTheReusedReferenceOnce) {
   RunOutcome outcome;

@@ -41,6 +41,9 @@
 #include "controller.h"
 #include "gui_test_util.h"
 #include "image_views.h"
+#if defined(KMSEG_HAVE_CUDA)
+#include "kmseg/cuda_engine.h"
+#endif
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
 #include "kmseg/export.h"
@@ -1249,6 +1252,65 @@ TEST_F(GuiWindow, AnUnavailableBackendSaysToSwitchToTheCpu) {
   EXPECT_TRUE(box->isVisible());
   EXPECT_TRUE(box->informativeText().contains(QStringLiteral("CPU")));
   EXPECT_EQ(controller()->outcome(), before);
+}
+
+// A GPU engine whose every run fails as a device out of memory would: a stand-in, since the test
+// must also run where no GPU exists.
+class OutOfMemoryGpu final : public KMeansEngine {
+ public:
+  std::string description() const override { return "stand-in GPU"; }
+  KMeansResult run(const Matrix&, const Matrix&, const KMeansParams&, const RunControl&) override {
+    throw BackendError("CUDA: cannot allocate 4096 bytes for the labels: out of memory");
+  }
+};
+
+std::unique_ptr<KMeansEngine> outOfMemoryGpu(std::string&) {
+  return std::make_unique<OutOfMemoryGpu>();
+}
+
+// With the Auto backend, a GPU run that fails is done on the CPU: the comparison completes with
+// the CPU engine's results, the status line and each row say why, and no error is shown.
+TEST_F(GuiWindow, AutoFinishesOnTheCpuWhenTheGpuFails) {
+  registerGpuEngineFactory(&outOfMemoryGpu, 1024, 128);
+  struct Restore {
+    ~Restore() {
+#if defined(KMSEG_HAVE_CUDA)
+      registerCudaEngine();
+#else
+      registerGpuEngineFactory(nullptr, 0, 0);
+#endif
+    }
+  } restore;
+  const QString path = kmseg::test::smallPhoto("gui-gpu-fails");
+  open(path);
+  GuiParams p = fastParams(3, 6);
+  p.backend = Backend::Auto;
+  QSignalSpy failed(controller(), &Controller::runFailed);
+  runAndWait(p, true);
+  EXPECT_EQ(failed.count(), 0);
+  EXPECT_FALSE(errorBox());
+  const auto outcome = controller()->outcome();
+  ASSERT_TRUE(outcome && outcome->isComplete());
+  EXPECT_EQ(outcome->engine, "stand-in GPU");
+  EXPECT_TRUE(window_->backendText().contains(QStringLiteral("CPU (")))
+      << window_->backendText().toStdString();
+  EXPECT_TRUE(window_->backendToolTip().contains(
+      QStringLiteral("the GPU run failed (CUDA: cannot allocate 4096 bytes for the labels: out "
+                     "of memory); it ran on the CPU instead")))
+      << window_->backendToolTip().toStdString();
+  const std::vector<Mode> modes(kAllModes.begin(), kAllModes.end());
+  const WorkflowResult want = expected(path, p, modes);
+  EXPECT_EQ(outcome->result(0).labels, want.reference.labels);
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    const KMeansResult& r = outcome->result(int(m) + 1);
+    EXPECT_EQ(r.labels, want.modes[m].result.labels) << modeName(modes[m]);
+    EXPECT_EQ(r.backend.rfind("CPU (", 0), 0u) << r.backend;
+  }
+  const ResultsModel* model = window_->resultsModel();
+  const QString tip =
+      model->data(model->index(2, ResultsModel::SseColumn), Qt::ToolTipRole).toString();
+  EXPECT_TRUE(tip.contains(QStringLiteral("on the CPU: an earlier GPU run failed")))
+      << tip.toStdString();
 }
 
 TEST_F(GuiWindow, DroppingAFileOpensIt) {

@@ -89,10 +89,14 @@ struct EngineChoice {
 struct EngineNeeds {
   int clusters = 0;          ///< K
   std::size_t features = 0;  ///< D
+  std::size_t rows = 0;      ///< N
 };
 
-/// Returns the CUDA engine for Auto when one is registered, takes `needs` (K and D within its
+/// Returns the CUDA engine for Auto when one is registered, takes `needs` (K, D and N within its
 /// limits) and a device answers, the CPU engine otherwise, with the reason recorded in `note`.
+/// Auto's GPU engine falls back to the CPU by itself: a run that fails with BackendError (device
+/// out of memory, a device fault) is done again on the CPU, and so are that engine's later runs;
+/// each such result says so in its backendNote. Backend::Cuda gives the GPU engine as it is.
 /// For Backend::Cuda without a usable device it throws BackendError with that reason (K or D
 /// beyond its limits are then the engine's error, before any kernel). `threads` is the CPU thread
 /// count (0 = all).
@@ -103,9 +107,10 @@ std::unique_ptr<KMeansEngine> makeCpuEngine(int threads = 0);
 
 /// Factory of a GPU engine: returns the engine, or null and sets `whyNot`.
 using GpuEngineFactory = std::unique_ptr<KMeansEngine> (*)(std::string& whyNot);
-/// Registers the CUDA engine and the largest K and D it takes (called by kmseg_cuda's
+/// Registers the CUDA engine and the largest K, D and N it takes (called by kmseg_cuda's
 /// registerCudaEngine()); a null factory removes it.
-void registerGpuEngineFactory(GpuEngineFactory factory, int maxClusters, std::size_t maxFeatures);
+void registerGpuEngineFactory(GpuEngineFactory factory, int maxClusters, std::size_t maxFeatures,
+                              std::size_t maxRows = std::size_t(-1));
 
 /// Number of threads the CPU engine uses for a request of `threads` (0 = hardware threads).
 int resolveThreadCount(int threads);

@@ -122,6 +122,9 @@ struct KMeansResult {
   double seconds = 0.0;         ///< wall time of the Lloyd loop
   double deviceSeconds = -1.0;  ///< device time when the engine measures it, else -1
   std::string backend;          ///< "CPU (2 threads)" or the device name
+  /// Why this run is not on the engine the workflow was given, e.g. "the GPU run failed (...);
+  /// it ran on the CPU instead" (makeEngine's Auto); empty otherwise.
+  std::string backendNote;
 
   /// Fallback ratio eta = fallbacks / evaluations (0 for uniform modes).
   double fallbackRatio() const {

@@ -45,6 +45,8 @@ void registerCudaEngine();
 /// Largest K and D the CUDA engine accepts.
 inline constexpr int kCudaMaxClusters = 1024;
 inline constexpr int kCudaMaxFeatures = 128;
+/// The most samples (rows) a CUDA run takes: labels and row indices are 32-bit on the device.
+inline constexpr std::size_t kCudaMaxRows = (std::size_t(1) << 31) - 1;
 
 /// The CUDA engine on device 0. Throws BackendError when no device answers.
 ///
