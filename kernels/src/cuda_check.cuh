@@ -31,14 +31,22 @@ inline void check(cudaError_t e, const char* what, const char* file, int line) {
 
 namespace kmseg::cuda {
 
-/// Checks the launch just made; with KMSEG_CUDA_SYNC_DEBUG also waits for it and checks the run.
-inline void checkLaunch(const char* kernel, cudaStream_t stream) {
-  check(cudaGetLastError(), kernel, __FILE__, __LINE__);
+/// Where a kernel is launched from, for its error message.
+struct LaunchSite {
+  const char* kernel;
+  const char* file;
+  int line;
+};
+
+/// Checks the launch just made at `site`; with KMSEG_CUDA_SYNC_DEBUG also waits for it and
+/// checks the run.
+inline void checkLaunch(const LaunchSite& site, cudaStream_t stream) {
+  check(cudaGetLastError(), site.kernel, site.file, site.line);
 #if defined(KMSEG_CUDA_SYNC_DEBUG)
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream, &status), kernel, __FILE__, __LINE__);
+  check(cudaStreamIsCapturing(stream, &status), site.kernel, site.file, site.line);
   if (status == cudaStreamCaptureStatusNone)
-    check(cudaStreamSynchronize(stream), kernel, __FILE__, __LINE__);
+    check(cudaStreamSynchronize(stream), site.kernel, site.file, site.line);
 #else
   (void)stream;
 #endif
@@ -47,28 +55,34 @@ inline void checkLaunch(const char* kernel, cudaStream_t stream) {
 /// Launches `kernel` on `blocks` x `threads` with `shared` bytes of dynamic shared memory and
 /// checks the launch. Does nothing for zero blocks.
 template <class... KernelArgs, class... Args>
-void launch(const char* name, void (*kernel)(KernelArgs...), unsigned blocks, unsigned threads,
-            std::size_t shared, cudaStream_t stream, Args&&... args) {
+void launch(const LaunchSite& site, void (*kernel)(KernelArgs...), unsigned blocks,
+            unsigned threads, std::size_t shared, cudaStream_t stream, Args&&... args) {
   if (blocks == 0) return;
   kernel<<<blocks, threads, shared, stream>>>(std::forward<Args>(args)...);
-  checkLaunch(name, stream);
+  checkLaunch(site, stream);
 }
 
 /// Launches `kernel` with one thread per element of [0, n) in blocks of `threads`; returns
 /// early for n = 0.
 template <class... KernelArgs, class... Args>
-void launchLinear(const char* name, void (*kernel)(KernelArgs...), std::size_t n,
+void launchLinear(const LaunchSite& site, void (*kernel)(KernelArgs...), std::size_t n,
                   cudaStream_t stream, Args&&... args) {
   constexpr unsigned kThreads = 256;
   if (n == 0) return;
-  launch(name, kernel, unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream,
+  launch(site, kernel, unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream,
          std::forward<Args>(args)...);
 }
 
-#define KMSEG_LAUNCH(kernel, blocks, threads, shared, stream, ...) \
-  ::kmseg::cuda::launch(#kernel, kernel, blocks, threads, shared, stream, __VA_ARGS__)
+/// The launches name the kernel and the line that launches it (not this header's).
+#define KMSEG_LAUNCH_SITE(kernel) \
+  ::kmseg::cuda::LaunchSite {     \
+#kernel, __FILE__, __LINE__   \
+  }
+#define KMSEG_LAUNCH(kernel, blocks, threads, shared, stream, ...)                          \
+  ::kmseg::cuda::launch(KMSEG_LAUNCH_SITE(kernel), kernel, blocks, threads, shared, stream, \
+                        __VA_ARGS__)
 #define KMSEG_LAUNCH_LINEAR(kernel, n, stream, ...) \
-  ::kmseg::cuda::launchLinear(#kernel, kernel, n, stream, __VA_ARGS__)
+  ::kmseg::cuda::launchLinear(KMSEG_LAUNCH_SITE(kernel), kernel, n, stream, __VA_ARGS__)
 
 /// A move-only device allocation of `size()` elements of T.
 template <class T>

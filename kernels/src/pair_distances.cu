@@ -276,12 +276,12 @@ class DistancesFor final : public DeviceDistances {
       KMSEG_CUDA_CHECK(cudaMemsetAsync(a_.denseCount, 0, sizeof(unsigned), s_.get()));
     distanceKernel<LowT, HighT>
         <<<grid, kThreads, 0, s_.get()>>>(a_, (long long)first, (long long)rows);
-    checkLaunch("distanceKernel", s_.get());
+    checkLaunch(KMSEG_LAUNCH_SITE(distanceKernel), s_.get());
     if constexpr (A::kFallback) {
       const unsigned turns = std::min(grid.x * grid.y, unsigned(4 * multiprocessors_));
       directTileKernel<LowT, HighT>
           <<<turns, kThreads, 0, s_.get()>>>(a_, (long long)first, (long long)rows, int(grid.x));
-      checkLaunch("directTileKernel", s_.get());
+      checkLaunch(KMSEG_LAUNCH_SITE(directTileKernel), s_.get());
     }
   }
 
