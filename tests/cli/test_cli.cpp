@@ -242,34 +242,52 @@ TEST(Cli, ATableThatCannotBeWrittenFailsTheCommand) {
   EXPECT_EQ(b.err.rfind("kmseg: cannot write the table to standard output: ", 0), 0u) << b.err;
 }
 
-// Ctrl+C during the runs: they stop within an iteration, the rows printed stay, nothing is
-// written, one line says so, exit code 130. The signal is sent once the reference's row is out,
-// while the modes after it (uniform fp16 to its cap of 300 iterations) still run.
-TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
+// The CLI started with `args` (after the executable), its standard output a pipe to read and
+// its standard error the file `err`.
+struct PipedCli {
+  pid_t pid = 0;
+  FILE* out = nullptr;  ///< the pipe's read end; fclose() it
+};
+PipedCli spawnPiped(std::vector<std::string> args, const fs::path& err) {
   const char* exe = std::getenv("KMSEG_CLI");
-  ASSERT_TRUE(exe);
-  const fs::path out = test::freshTempDir("cli-interrupt") / "out";
-  const fs::path err = test::freshTempDir("cli-interrupt-err") / "err";
+  EXPECT_TRUE(exe);
+  if (!exe) return {};
+  args.insert(args.begin(), exe);
   int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
+  if (::pipe(fds) != 0) return {};
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_addclose(&actions, fds[0]);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const std::string outArg = out.string();
-  std::vector<std::string> args = {exe,       "compare",   "samples/coffee.png", "-k",  "8",
-                                   "--modes", "fp16,fp32", "--backend",          "cpu", "-o",
-                                   outArg};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, exe, &actions, nullptr, argv.data(), environ), 0);
+  PipedCli cli;
+  const int spawned = posix_spawn(&cli.pid, exe, &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
-  FILE* stream = ::fdopen(fds[0], "r");
+  if (spawned != 0) {
+    ::close(fds[0]);
+    ADD_FAILURE() << "posix_spawn: " << spawned;
+    return {};
+  }
+  cli.out = ::fdopen(fds[0], "r");
+  return cli;
+}
+
+// Ctrl+C during the runs: they stop within an iteration, the rows printed stay, nothing is
+// written, one line says so, exit code 130. The signal is sent once the reference's row is out,
+// while the modes after it (uniform fp16 to its cap of 300 iterations) still run.
+TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
+  const fs::path out = test::freshTempDir("cli-interrupt") / "out";
+  const fs::path err = test::freshTempDir("cli-interrupt-err") / "err";
+  const PipedCli cli = spawnPiped({"compare", "samples/coffee.png", "-k", "8", "--modes",
+                                   "fp16,fp32", "--backend", "cpu", "-o", out.string()},
+                                  err);
+  const pid_t pid = cli.pid;
+  FILE* stream = cli.out;
   ASSERT_TRUE(stream);
   std::vector<std::string> lines;
   char buf[512];
@@ -304,30 +322,13 @@ TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
 // stops the runs, nothing is written, one line says so, and the exit code is that of SIGPIPE
 // (141); the output folder it made goes again.
 TEST(Cli, AClosedStandardOutputStopsTheRunsAndWritesNothing) {
-  const char* exe = std::getenv("KMSEG_CLI");
-  ASSERT_TRUE(exe);
   const fs::path out = test::freshTempDir("cli-stdout-closed") / "out";
   const fs::path err = test::freshTempDir("cli-stdout-closed-err") / "err";
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const std::string outArg = out.string();
-  std::vector<std::string> args = {exe,       "compare",        "samples/coffee.png", "-k",  "8",
-                                   "--modes", "fp16,fp32,bf16", "--backend",          "cpu", "-o",
-                                   outArg};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, exe, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  FILE* stream = ::fdopen(fds[0], "r");
+  const PipedCli cli = spawnPiped({"compare", "samples/coffee.png", "-k", "8", "--modes",
+                                   "fp16,fp32,bf16", "--backend", "cpu", "-o", out.string()},
+                                  err);
+  const pid_t pid = cli.pid;
+  FILE* stream = cli.out;
   ASSERT_TRUE(stream);
   // Read up to the reference's row, then go away.
   char buf[512];
