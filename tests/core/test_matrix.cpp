@@ -2,6 +2,9 @@
 // The host-side passes over whole feature matrices (checks, extremes, conversions): on inputs of
 // many ranges, so that the work is spread over threads, against the plain serial loop.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -9,6 +12,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "kmseg/error.h"
@@ -46,6 +51,44 @@ TEST(MatrixPasses, ParallelRangesCoverEveryIndexOnce) {
     });
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "index " << i << " of " << n;
   }
+}
+
+// Where the system refuses new threads, parallelFor runs every task on the threads it has. A
+// child process takes a limit of one process for its user and gives up root (as root the limit
+// does not hold), so that starting a thread really fails there; the child's exit code reports.
+TEST(MatrixPasses, ParallelForRunsEveryTaskWhenNoThreadCanStart) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer's runtime does not take a refused thread quietly";
+#else
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const rlimit one{1, 1};
+    if (::setrlimit(RLIMIT_NPROC, &one) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)
+      ::_exit(77);
+    try {
+      std::thread probe([] {});
+      probe.join();
+      ::_exit(78);  // a thread started: the limit does not hold here
+    } catch (const std::system_error&) {
+    }
+    std::vector<int> hits(1000, 0);
+    try {
+      parallelFor(1000, 8, [&](std::int64_t t) { ++hits[std::size_t(t)]; });
+    } catch (...) {
+      ::_exit(2);
+    }
+    for (int h : hits)
+      if (h != 1) ::_exit(3);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot give up root to nobody here";
+  if (WEXITSTATUS(status) == 78) GTEST_SKIP() << "the process limit does not stop threads here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: parallelFor threw; 3: a task ran other than once";
+#endif
 }
 
 TEST(MatrixPasses, ResizeFreshValueInitialisesAndKeepsWhatWasThere) {
