@@ -85,7 +85,8 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   cmd.add_option("--spatial-weight", o.features.spatialWeight,
                  "Weight of the x,y columns after normalisation (0 to 32; 0 ignores position)")
       ->capture_default_str();
-  cmd.add_option("--backend", raw.backend, "Engine: auto (GPU when one answers), cuda, or cpu")
+  cmd.add_option("--backend", raw.backend,
+                 "Engine: auto (the GPU, or the CPU if none answers or a GPU run fails), cuda, cpu")
       ->capture_default_str();
   cmd.add_option("--threads", p.threads, "CPU threads (0 = all cores, at most 1024)")
       ->transform(wholeNumberIn(0, kmseg::kMaxThreads))

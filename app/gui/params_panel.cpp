@@ -173,7 +173,9 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   backend_->addItem(tr("Auto"), QStringLiteral("auto"));
   backend_->addItem(tr("CUDA"), QStringLiteral("cuda"));
   backend_->addItem(tr("CPU"), QStringLiteral("cpu"));
-  backend_->setToolTip(tr("Auto uses the GPU when one answers, else the CPU"));
+  backend_->setToolTip(
+      tr("Auto uses the GPU when one answers, else the CPU; a run that fails on the GPU is "
+         "done again on the CPU"));
   form->addRow(tr("&Backend"), backend_);
 
   threads_ = new QSpinBox(this);
