@@ -1078,7 +1078,6 @@ class AutoEngine final : public KMeansEngine {
           // Anything else (bad input, a cancel, host memory) is the caller's to see as it is.
           failure_ = std::string("on the CPU: an earlier GPU run failed (") + e.what() + ")";
           note = std::string("the GPU run failed (") + e.what() + "); it ran on the CPU instead";
-          gpu_->keepData({});
           gpu_.reset();  // its destructor releases the device memory and reports no error
         }
       } else {

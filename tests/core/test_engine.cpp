@@ -866,6 +866,7 @@ TEST(Engine, AutoChoosesTheCpuForKOrDBeyondTheGpuEnginesLimits) {
 // GPU exists where these tests must run. What it throws, and what it was told, are recorded.
 struct FailingGpuState {
   int runs = 0;
+  int destroyed = 0;
   std::vector<const Matrix*> kept;  // each keepData's matrix, null for a release
   std::function<void()> fail;       // throws what the run throws
 };
@@ -873,6 +874,7 @@ FailingGpuState gFailingGpu;
 
 class FailingGpu final : public KMeansEngine {
  public:
+  ~FailingGpu() override { ++gFailingGpu.destroyed; }
   std::string description() const override { return "stand-in GPU"; }
   KMeansResult run(const Matrix&, const Matrix&, const KMeansParams&, const RunControl&) override {
     ++gFailingGpu.runs;
@@ -917,8 +919,9 @@ TEST(Engine, AutoRunsAFailedGpuRunAgainOnTheCpu) {
     first = choice.engine->run(data, init, p);
   }
   EXPECT_EQ(gFailingGpu.runs, 1);
-  // Told to keep the data, then released when it failed; the CPU took the rest.
-  EXPECT_EQ(gFailingGpu.kept, (std::vector<const Matrix*>{&data, nullptr}));
+  // Told to keep the data; at the failure it was destroyed (with the device memory it held).
+  EXPECT_EQ(gFailingGpu.kept, (std::vector<const Matrix*>{&data}));
+  EXPECT_EQ(gFailingGpu.destroyed, 1);
   EXPECT_EQ(first.backendNote,
             "the GPU run failed (CUDA: cannot allocate 4096 bytes for the labels); it ran on the "
             "CPU instead");
@@ -980,6 +983,7 @@ TEST(Engine, AutoLeavesOtherErrorsAndTheCudaBackendAlone) {
   fail = [] { throw Cancelled(); };
   EXPECT_THROW(autoChoice.engine->run(data, init, p), Cancelled);
   EXPECT_EQ(gFailingGpu.runs, 2);
+  EXPECT_EQ(gFailingGpu.destroyed, 0);
   EXPECT_EQ(autoChoice.engine->description(), "stand-in GPU");
 
   fail = [] { throw BackendError("device lost"); };
