@@ -74,10 +74,7 @@ void launchLinear(const LaunchSite& site, void (*kernel)(KernelArgs...), std::si
 }
 
 /// The launches name the kernel and the line that launches it (not this header's).
-#define KMSEG_LAUNCH_SITE(kernel) \
-  ::kmseg::cuda::LaunchSite {     \
-#kernel, __FILE__, __LINE__   \
-  }
+#define KMSEG_LAUNCH_SITE(kernel) (::kmseg::cuda::LaunchSite{#kernel, __FILE__, __LINE__})
 #define KMSEG_LAUNCH(kernel, blocks, threads, shared, stream, ...)                          \
   ::kmseg::cuda::launch(KMSEG_LAUNCH_SITE(kernel), kernel, blocks, threads, shared, stream, \
                         __VA_ARGS__)

@@ -24,8 +24,7 @@ TEST(CudaLaunch, AnErrorNamesTheKernelAndTheLineThatLaunchedIt) {
   } catch (const kmseg::BackendError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("CUDA error in emptyKernel: "), std::string::npos) << m;
-    EXPECT_NE(m.find("test_launch_site.cu:" + std::to_string(line) + ")"), std::string::npos)
-        << m;
+    EXPECT_NE(m.find("test_launch_site.cu:" + std::to_string(line) + ")"), std::string::npos) << m;
     EXPECT_EQ(m.find("cuda_check.cuh"), std::string::npos) << m;
   }
   // The error was not sticky: the next launch runs.
