@@ -20,6 +20,7 @@
 #include "kmseg/kmeans.h"
 #include "kmseg/workflow.h"
 
+#include "failing_gpu.h"
 #include "test_data.h"
 
 namespace kmseg {
@@ -862,41 +863,9 @@ TEST(Engine, AutoChoosesTheCpuForKOrDBeyondTheGpuEnginesLimits) {
             "using the CPU: this build has no CUDA engine");
 }
 
-// A GPU engine whose runs fail as a device can (out of memory, a fault): a stand-in, since no
-// GPU exists where these tests must run. What it throws, and what it was told, are recorded.
-struct FailingGpuState {
-  int runs = 0;
-  int destroyed = 0;
-  std::vector<const Matrix*> kept;  // each keepData's matrix, null for a release
-  std::function<void()> fail;       // throws what the run throws
-};
-FailingGpuState gFailingGpu;
-
-class FailingGpu final : public KMeansEngine {
- public:
-  ~FailingGpu() override { ++gFailingGpu.destroyed; }
-  std::string description() const override { return "stand-in GPU"; }
-  KMeansResult run(const Matrix&, const Matrix&, const KMeansParams&, const RunControl&) override {
-    ++gFailingGpu.runs;
-    gFailingGpu.fail();
-    return {};
-  }
-  void keepData(const KeptFeatures& kept) override { gFailingGpu.kept.push_back(kept.data); }
-};
-
-std::unique_ptr<KMeansEngine> failingGpu(std::string&) {
-  return std::make_unique<FailingGpu>();
-}
-
-// Registers failingGpu for one test, with a failure and at most `maxRows` rows.
-struct FailingGpuRegistration {
-  FailingGpuRegistration(std::function<void()> fail, std::size_t maxRows = std::size_t(-1)) {
-    gFailingGpu = {};
-    gFailingGpu.fail = std::move(fail);
-    registerGpuEngineFactory(&failingGpu, 1024, 128, maxRows);
-  }
-  ~FailingGpuRegistration() { registerGpuEngineFactory(nullptr, 0, 0); }
-};
+// The GPU engine that fails: kmseg::test::FailingGpu (failing_gpu.h).
+using kmseg::test::FailingGpuRegistration;
+using kmseg::test::failingGpuState;
 
 // Auto's GPU engine hands a run that fails on the device to the CPU, says so in the result, and
 // keeps to the CPU from then on; the result is the CPU engine's own.
@@ -918,10 +887,10 @@ TEST(Engine, AutoRunsAFailedGpuRunAgainOnTheCpu) {
     const KeptData kept(*choice.engine, data);
     first = choice.engine->run(data, init, p);
   }
-  EXPECT_EQ(gFailingGpu.runs, 1);
+  EXPECT_EQ(failingGpuState().runs, 1);
   // Told to keep the data; at the failure it was destroyed (with the device memory it held).
-  EXPECT_EQ(gFailingGpu.kept, (std::vector<const Matrix*>{&data}));
-  EXPECT_EQ(gFailingGpu.destroyed, 1);
+  EXPECT_EQ(failingGpuState().kept, (std::vector<const Matrix*>{&data}));
+  EXPECT_EQ(failingGpuState().destroyed, 1);
   EXPECT_EQ(first.backendNote,
             "the GPU run failed (CUDA: cannot allocate 4096 bytes for the labels); it ran on the "
             "CPU instead");
@@ -936,7 +905,7 @@ TEST(Engine, AutoRunsAFailedGpuRunAgainOnTheCpu) {
   // The next run does not try the failed GPU engine again.
   p.mode = Mode::Fp32;
   const KMeansResult second = choice.engine->run(data, init, p);
-  EXPECT_EQ(gFailingGpu.runs, 1);
+  EXPECT_EQ(failingGpuState().runs, 1);
   EXPECT_EQ(second.backendNote,
             "on the CPU: an earlier GPU run failed (CUDA: cannot allocate 4096 bytes for the "
             "labels)");
@@ -953,7 +922,7 @@ TEST(Engine, AutoWorkflowFinishesOnTheCpuAfterAGpuFailure) {
   const std::vector<Mode> modes = {Mode::Fp32, Mode::Bf16Fp64};
   const WorkflowResult gpu = runWorkflow(*makeEngine(Backend::Auto, 1).engine, data, modes, p);
   const WorkflowResult cpu = runWorkflow(*makeCpuEngine(1), data, modes, p);
-  EXPECT_EQ(gFailingGpu.runs, 1);
+  EXPECT_EQ(failingGpuState().runs, 1);
   EXPECT_EQ(gpu.engine, "stand-in GPU");  // the engine the workflow was given
   EXPECT_NE(gpu.reference.backendNote.find("the GPU run failed (CUDA error in the assignment)"),
             std::string::npos)
@@ -982,8 +951,8 @@ TEST(Engine, AutoLeavesOtherErrorsAndTheCudaBackendAlone) {
   EXPECT_THROW(autoChoice.engine->run(data, init, p), InvalidArgument);
   fail = [] { throw Cancelled(); };
   EXPECT_THROW(autoChoice.engine->run(data, init, p), Cancelled);
-  EXPECT_EQ(gFailingGpu.runs, 2);
-  EXPECT_EQ(gFailingGpu.destroyed, 0);
+  EXPECT_EQ(failingGpuState().runs, 2);
+  EXPECT_EQ(failingGpuState().destroyed, 0);
   EXPECT_EQ(autoChoice.engine->description(), "stand-in GPU");
 
   fail = [] { throw BackendError("device lost"); };
@@ -1009,14 +978,14 @@ TEST(Engine, AutoTakesRowsBeyondTheGpuLimitOnTheCpu) {
   KMeansParams p;
   p.k = 2;
   const KMeansResult r = unknown.engine->run(data, init, p);
-  EXPECT_EQ(gFailingGpu.runs, 0);
+  EXPECT_EQ(failingGpuState().runs, 0);
   EXPECT_EQ(r.backendNote, "on the CPU: N = 41 samples is above the CUDA engine's maximum of 40");
   EXPECT_EQ(r.labels, makeCpuEngine(1)->run(data, init, p).labels);
   EXPECT_EQ(unknown.engine->description(), "stand-in GPU");
   // A run within the limit still goes to the GPU engine (which fails here, so the CPU takes it).
   const Matrix fewer = randomData(40, 2, 15);
   const KMeansResult within = unknown.engine->run(fewer, gatherRows(fewer, {0, 1}), p);
-  EXPECT_EQ(gFailingGpu.runs, 1);
+  EXPECT_EQ(failingGpuState().runs, 1);
   EXPECT_EQ(within.backendNote, "the GPU run failed (not expected); it ran on the CPU instead");
 }
 

@@ -39,6 +39,7 @@
 #include <memory>
 
 #include "controller.h"
+#include "failing_gpu.h"
 #include "gui_test_util.h"
 #include "image_views.h"
 #if defined(KMSEG_HAVE_CUDA)
@@ -1254,33 +1255,20 @@ TEST_F(GuiWindow, AnUnavailableBackendSaysToSwitchToTheCpu) {
   EXPECT_EQ(controller()->outcome(), before);
 }
 
-// A GPU engine whose every run fails as a device out of memory would: a stand-in, since the test
-// must also run where no GPU exists.
-class OutOfMemoryGpu final : public KMeansEngine {
- public:
-  std::string description() const override { return "stand-in GPU"; }
-  KMeansResult run(const Matrix&, const Matrix&, const KMeansParams&, const RunControl&) override {
-    throw BackendError("CUDA: cannot allocate 4096 bytes for the labels: out of memory");
-  }
-};
-
-std::unique_ptr<KMeansEngine> outOfMemoryGpu(std::string&) {
-  return std::make_unique<OutOfMemoryGpu>();
-}
-
 // With the Auto backend, a GPU run that fails is done on the CPU: the comparison completes with
 // the CPU engine's results, the status line and each row say why, and no error is shown.
 TEST_F(GuiWindow, AutoFinishesOnTheCpuWhenTheGpuFails) {
-  registerGpuEngineFactory(&outOfMemoryGpu, 1024, 128);
-  struct Restore {
-    ~Restore() {
+  // Every run of the stand-in GPU fails as a device out of memory would.
+  const kmseg::test::FailingGpuRegistration reg(
+      [] { throw BackendError("CUDA: cannot allocate 4096 bytes for the labels: out of memory"); },
+      std::size_t(-1),
+      [] {
 #if defined(KMSEG_HAVE_CUDA)
-      registerCudaEngine();
+        registerCudaEngine();
 #else
-      registerGpuEngineFactory(nullptr, 0, 0);
+        registerGpuEngineFactory(nullptr, 0, 0);
 #endif
-    }
-  } restore;
+      });
   const QString path = kmseg::test::smallPhoto("gui-gpu-fails");
   open(path);
   GuiParams p = fastParams(3, 6);
@@ -1292,6 +1280,8 @@ TEST_F(GuiWindow, AutoFinishesOnTheCpuWhenTheGpuFails) {
   const auto outcome = controller()->outcome();
   ASSERT_TRUE(outcome && outcome->isComplete());
   EXPECT_EQ(outcome->engine, "stand-in GPU");
+  // One GPU run failed; the others went to the CPU without trying the GPU again.
+  EXPECT_EQ(kmseg::test::failingGpuState().runs, 1);
   EXPECT_TRUE(window_->backendText().contains(QStringLiteral("CPU (")))
       << window_->backendText().toStdString();
   EXPECT_TRUE(window_->backendToolTip().contains(
