@@ -226,7 +226,8 @@ struct Lloyd {
     cl.resize(k * d);
     clT.resize(k * d);
     if constexpr (kBounded) {
-      bounded = params.useBounds;
+      // The bound below needs (D + 2) u < 1 (fp32: D below 2^24 - 2); without it, no bounds.
+      bounded = params.useBounds && double(d + 2) * unitRoundoff(lowPrecision(params.mode)) < 1.0;
       if (bounded) {
         upperOff.assign(n, INFINITY);
         lowerOff.assign(n, 0.0f);
@@ -240,7 +241,9 @@ struct Lloyd {
       }
     }
     if constexpr (kEmulated) {
-      pruned = params.useBounds;
+      // EmulatedBounds needs D u_low < 1 (bf16: D <= 255; the mixed modes' own limit is lower,
+      // checkModeFeatures); above it the uniform modes scan every centre.
+      pruned = params.useBounds && EmulatedBounds::applies(lowPrecision(params.mode), int(d));
       if (pruned) {
         double f = 0, uHigh = 0;
         if constexpr (kFallback) {
@@ -992,6 +995,7 @@ class CpuEngine final : public KMeansEngine {
                    const RunControl& control) override {
     if (data.empty()) throw InvalidArgument("the feature matrix is empty");
     validate(params, data.rows);
+    checkModeFeatures(params.mode, data.cols);
     if (initialCentres.rows != std::size_t(params.k) || initialCentres.cols != data.cols)
       throw InvalidArgument("initial centres are " + std::to_string(initialCentres.rows) + " x " +
                             std::to_string(initialCentres.cols) + ", expected K x D = " +

@@ -43,6 +43,9 @@ struct EmulatedBounds {
   double testLo = 0, testHi = 0, testAbs = 0;  ///< T in [testLo s - testAbs, testHi s + testAbs]
   double rangeLimit = 0;                       ///< bounds hold while 4 (xx + cc) < rangeLimit
 
+  /// Whether make(low, d, ...) gives valid bounds: gamma_d(u) needs d u < 1.
+  static bool applies(Precision low, int d) { return double(d) * unitRoundoff(low) < 1.0; }
+
   /// The bounds of the low-precision format `low` (Fp16 or Bf16) at dimension `d`. `factor` is
   /// the reliability test's factor in H and `uHigh` H's unit roundoff (0 for uniform modes).
   static EmulatedBounds make(Precision low, int d, double factor, double uHigh) {

@@ -12,6 +12,7 @@
 #include "kmseg/distance.h"
 #include "kmseg/engine.h"
 #include "kmseg/error.h"
+#include "kmseg/kmeans.h"
 #include "kmseg/parallel.h"
 #include "precision_types.h"
 
@@ -93,6 +94,7 @@ class Evaluator final : public RowEvaluator {
 std::unique_ptr<RowEvaluator> makeEvaluator(Mode mode, double rho, Precision working,
                                             const Matrix& p, const Matrix& c) {
   checkDistanceInputs(rho, p, c);
+  checkModeFeatures(mode, p.cols);
   const bool w64 = working == Precision::Fp64;
   switch (mode) {
 #define KMSEG_EVALUATOR_CASE(e, name, low, high)                                                   \

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "kmseg/error.h"
 #include "kmseg/kmeans.h"
+#include "kmseg/precision.h"
 
 namespace kmseg {
 
@@ -76,6 +78,21 @@ void validate(const KMeansParams& p, std::size_t n) {
     throw InvalidArgument("image width = " + std::to_string(p.imageWidth) +
                           " is invalid: it must be 0 (no image) or divide the number of samples (" +
                           std::to_string(n) + ")");
+}
+
+std::size_t maxReliableFeatures(Mode mode) {
+  if (!hasFallback(mode)) return SIZE_MAX;
+  // u_low is a power of two, so 1 / u_low - 3 is exact.
+  return std::size_t(1.0 / unitRoundoff(lowPrecision(mode))) - 3;
+}
+
+void checkModeFeatures(Mode mode, std::size_t d) {
+  const std::size_t limit = maxReliableFeatures(mode);
+  if (d > limit)
+    throw InvalidArgument(std::string(modeName(mode)) + " with D = " + std::to_string(d) +
+                          " features: its reliability test needs (D + 2) u < 1 for " +
+                          std::string(precisionName(lowPrecision(mode))) + ", so D <= " +
+                          std::to_string(limit) + " (use fp32>fp64 or a uniform mode)");
 }
 
 }  // namespace kmseg

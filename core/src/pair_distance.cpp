@@ -9,6 +9,7 @@
 
 #include "kmseg/distance.h"
 #include "kmseg/error.h"
+#include "kmseg/kmeans.h"
 #include "precision_types.h"
 
 namespace kmseg {
@@ -94,6 +95,7 @@ PairDistance modeDistance(Mode mode, double rho, Precision working, const double
                           const double* c, int d) {
   if (d < 1) throw InvalidArgument("modeDistance: dimension must be >= 1");
   if (!(rho > 2.0)) throw InvalidArgument("rho must be > 2");
+  checkModeFeatures(mode, std::size_t(d));
   const bool w64 = working == Precision::Fp64;
   switch (mode) {
 #define KMSEG_PAIR_CASE(e, name, low, high)                                                  \

@@ -18,6 +18,7 @@
 #include "kmseg/error.h"
 #include "kmseg/init.h"
 #include "kmseg/kmeans.h"
+#include "kmseg/pair_distance.h"
 #include "kmseg/workflow.h"
 
 #include "failing_gpu.h"
@@ -843,6 +844,60 @@ std::unique_ptr<KMeansEngine> standInGpu(std::string&) {
 
 // Auto gives the GPU engine only a run it can take; an explicit cuda backend is left to the
 // engine's own error (before any kernel).
+// A mixed mode's reliability factor rho 2 gamma_{D+2}(u_low) exists only while (D + 2) u_low < 1:
+// beyond that gamma is infinite or negative, and the test would send every pair to the fallback,
+// or none. Such a run is refused, naming the mode, D and the limit; at the limit it runs, and
+// every pair falls back (gamma_{255} = 255 for bf16, so the threshold is far above any d^).
+TEST(Engine, AMixedModeRefusesMoreFeaturesThanItsReliabilityTestAllows) {
+  EXPECT_EQ(maxReliableFeatures(Mode::Bf16Fp32), 253u);
+  EXPECT_EQ(maxReliableFeatures(Mode::Bf16Fp64), 253u);
+  EXPECT_EQ(maxReliableFeatures(Mode::Fp16Fp32), 2045u);
+  EXPECT_EQ(maxReliableFeatures(Mode::Fp32Fp64), 16777213u);
+  EXPECT_EQ(maxReliableFeatures(Mode::Bf16), SIZE_MAX);
+  auto engine = makeCpuEngine(2);
+  KMeansParams p;
+  p.k = 2;
+  p.mode = Mode::Bf16Fp32;
+  p.maxIterations = 3;
+  const Matrix over = test::randomData(6, 254, 21);
+  try {
+    engine->run(over, gatherRows(over, {0, 1}), p);
+    ADD_FAILURE() << "D = 254 ran in bf16>fp32";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(),
+                 "bf16>fp32 with D = 254 features: its reliability test needs (D + 2) u < 1 for "
+                 "bf16, so D <= 253 (use fp32>fp64 or a uniform mode)");
+  }
+  const std::vector<double> x(254, 0.5), c(254, 0.25);
+  EXPECT_THROW(modeDistance(Mode::Bf16Fp64, 5.0, Precision::Fp32, x.data(), c.data(), 254),
+               InvalidArgument);
+  const Matrix at = test::randomData(6, 253, 21);
+  const KMeansResult r = engine->run(at, gatherRows(at, {0, 1}), p);
+  ASSERT_GT(r.iterations, 0);
+  for (const IterationStats& it : r.trace) {
+    EXPECT_EQ(it.fallbacks, it.evaluations) << "iteration " << it.iteration;
+    EXPECT_EQ(it.evaluations, 12);
+  }
+}
+
+// Uniform bf16 at D = 300, where the pruning bounds' gamma_D(u) does not exist (D u > 1): the
+// engine scans every centre, so the run equals the one without bounds.
+TEST(Engine, UniformBf16BeyondItsBoundsGivesTheFullScan) {
+  auto engine = makeCpuEngine(2);
+  const Matrix data = test::blobs(400, 300, 4, 0.05, 23);
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 4, Init::RandomPoints, 3));
+  KMeansParams p;
+  p.k = 4;
+  p.mode = Mode::Bf16;
+  p.maxIterations = 20;
+  const KMeansResult pruned = engine->run(data, init, p);
+  p.useBounds = false;
+  const KMeansResult full = engine->run(data, init, p);
+  EXPECT_EQ(pruned.labels, full.labels);
+  EXPECT_EQ(pruned.iterations, full.iterations);
+  EXPECT_EQ(pruned.centroids.values, full.centroids.values);
+}
+
 TEST(Engine, AutoChoosesTheCpuForKOrDBeyondTheGpuEnginesLimits) {
   registerGpuEngineFactory(&standInGpu, 4, 3);
   const EngineChoice fits = makeEngine(Backend::Auto, 1, {4, 3});

@@ -81,6 +81,16 @@ inline constexpr int kMaxIterations = 1'000'000;
 /// tolerance, threads outside [0, kMaxThreads]).
 void validate(const KMeansParams& p, std::size_t n);
 
+/// The most features at which `mode`'s reliability test is defined: its factor
+/// rho 2 gamma_{D+2}(u_low) needs (D + 2) u_low < 1, so D <= 1 / u_low - 3 (bf16 253, fp16 2045,
+/// fp32 16 777 213). Uniform modes have no test: no limit (SIZE_MAX).
+std::size_t maxReliableFeatures(Mode mode);
+
+/// Throws InvalidArgument naming the mode, `d` and the limit when `d` is above
+/// maxReliableFeatures(mode): beyond it gamma_{D+2} is infinite or negative, and the test would
+/// send every pair to the fallback or none.
+void checkModeFeatures(Mode mode, std::size_t d);
+
 /// What happened in one Lloyd iteration (assignment followed by the centroid update).
 struct IterationStats {
   int iteration = 0;               ///< 1-based
