@@ -20,6 +20,7 @@
 #include "kmseg/distance.h"
 #include "kmseg/error.h"
 #include "kmseg/experiments.h"
+#include "kmseg/kmeans.h"
 #include "kmseg/median.h"
 #include "tile_math.cuh"
 
@@ -347,6 +348,7 @@ std::unique_ptr<DeviceDistances> makeFor(Mode mode, double rho, Precision workin
 std::unique_ptr<DeviceDistances> makeDeviceDistances(Mode mode, double rho, Precision working,
                                                      const Matrix& p, const Matrix& c) {
   checkDistanceInputs(rho, p, c);
+  checkModeFeatures(mode, p.cols);
   if (c.rows > kCudaMaxDistanceCentres)
     throw InvalidArgument("cudaPairDistances: C has " + std::to_string(c.rows) +
                           " rows; the distance kernel takes at most " +

@@ -1541,6 +1541,19 @@ TEST(CudaDistancesWithoutDevice, SayWhy) {
   }
 }
 
+// More features than a mixed mode's reliability test allows are refused before any device is
+// looked for, as on the CPU (checkModeFeatures).
+TEST(CudaDistancesWithoutDevice, RefuseMoreFeaturesThanTheModeAllows) {
+  const Matrix p = randomData(4, 254, 1);
+  try {
+    cudaPairDistances(Mode::Bf16Fp32, 5.0, Precision::Fp32, p, p);
+    ADD_FAILURE() << "D = 254 was taken in bf16>fp32";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("D = 254 features"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("D <= 253"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaEngineWithoutDevice, FactoryExplainsOrWorks) {
   std::string why;
   const auto devices = cudaDevices(&why);
