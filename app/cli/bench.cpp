@@ -156,7 +156,8 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
       ->capture_default_str();
   cmd.add_option("--image", o.image, "Photo to resize for the benchmark")->capture_default_str();
   cmd.add_option("--megapixels", o.megapixels, "Resize the photo to about this many megapixels")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(realNumber());
   // Integers in plain decimal (wholeNumberIn); the ranges that name a suite's limits are
   // checked by checkBenchOptions.
   constexpr int kIntMin = std::numeric_limits<int>::min(),
@@ -195,17 +196,26 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
       ->transform(wholeNumberIn<std::size_t>(0, kSizeMax))
       ->check(atLeastOne);
   cmd.add_option("--noise", o.noise, "distances: near points are C = P + noise N(0, I)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(realNumber());
   cmd.add_option("--near-fraction", o.nearFraction,
                  "distances: share of near points in the mixed set")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(realNumber());
   cmd.add_option("--rho", o.rho, "distances, blobs: safety factor of the reliability test (> 2)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(realNumber());
   cmd.add_option("--backend", o.backend, "distances, blobs: auto, cuda or cpu")
       ->capture_default_str();
   cmd.add_option("--json", o.json,
                  "Write the results as JSON to this file (its directory is created if needed; "
-                 "checked before the benchmark runs)");
+                 "checked before the benchmark runs)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return text.empty() ? std::string("the file name is empty: name a file")
+                                : std::string();
+          },
+          std::string()));
 }
 
 void checkBenchOptions(const BenchOptions& o) {
@@ -240,8 +250,10 @@ void checkBenchOptions(const BenchOptions& o) {
                             " exceeds the blobs suite's " + std::to_string(kMaxBlobValues) +
                             " feature values (2 GiB in fp64)");
   }
-  if (!(o.noise >= 0.0) || !std::isfinite(o.noise))
-    throw InvalidArgument("--noise must be finite and >= 0");
+  // C = P + noise N(0, I) with P in [0, 1): up to 1e300 C stays far from double's overflow.
+  if (!(o.noise >= 0.0) || !(o.noise <= kMaxBenchNoise))
+    throw InvalidArgument("--noise " + numberText(o.noise) + " is outside [0, 1e300] (larger " +
+                          "values overflow C = P + noise N(0, I))");
   if (!(o.nearFraction >= 0.0 && o.nearFraction <= 1.0))
     throw InvalidArgument("--near-fraction must be in [0, 1]");
   if (!(o.rho > 2.0) || !std::isfinite(o.rho))

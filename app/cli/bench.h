@@ -45,6 +45,9 @@ std::vector<Mode> benchModes(const BenchOptions& o);
 /// Limits of the paper's suites: --dim up to the CUDA engine's D; distances --points up to
 /// 2^16 (2^32 pairs per set); blobs up to 2^28 feature values (2 GiB in fp64).
 inline constexpr std::size_t kMaxBenchDim = 128;
+/// --noise of the distances suite: C = P + noise N(0, I) stays finite (normal deviates stay far
+/// below 1e8) and far from overflow.
+inline constexpr double kMaxBenchNoise = 1e300;
 inline constexpr std::size_t kMaxDistancePoints = std::size_t(1) << 16;
 inline constexpr std::size_t kMaxBlobValues = std::size_t(1) << 28;
 

@@ -91,8 +91,8 @@ void printTableNotes(const WorkflowResult& w, const std::vector<Mode>& modes) {
                   normOverflowNote(modes[i], rows, w.modes[i].result.labels.size()).c_str());
 }
 
-// Set by the first SIGINT or SIGTERM while runCommand runs, or when standard output's reader
-// went away during the runs (gStdoutClosed as well).
+// Set by the first SIGINT, SIGTERM or SIGHUP while runCommand runs, or when standard output's
+// reader went away during the runs (gStdoutClosed as well).
 std::atomic<bool> gInterrupted{false};
 std::atomic<bool> gStdoutClosed{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
@@ -140,11 +140,11 @@ extern "C" void onInterrupt(int signal) {
   errno = saved;
 }
 
-/// Catches SIGINT and SIGTERM while it lives, and restores the handlers it found. The first
-/// signal sets gInterrupted (and, while the files are written, says that they are finished
-/// first); a second one removes the temporary files in progress and ends the process with the
-/// signal's default action, so a process busy where no run checks the flag still ends.
-/// SA_RESTART: a read or write the signal meets goes on, rather than failing with EINTR
+/// Catches SIGINT, SIGTERM and SIGHUP (the terminal closed) while it lives, and restores the
+/// handlers it found. The first signal sets gInterrupted (and, while the files are written, says
+/// that they are finished first); a second one removes the temporary files in progress and ends the
+/// process with the signal's default action, so a process busy where no run checks the flag still
+/// ends. SA_RESTART: a read or write the signal meets goes on, rather than failing with EINTR
 /// (decoding a photo would then report it truncated).
 class InterruptGuard {
  public:
@@ -154,12 +154,14 @@ class InterruptGuard {
     struct sigaction action {};
     action.sa_handler = onInterrupt;
     sigemptyset(&action.sa_mask);
-    // Either signal's handler blocks the other, so a first and a second never interleave.
+    // Each signal's handler blocks the others, so a first and a second never interleave.
     sigaddset(&action.sa_mask, SIGINT);
     sigaddset(&action.sa_mask, SIGTERM);
+    sigaddset(&action.sa_mask, SIGHUP);
     action.sa_flags = SA_RESTART;
     sigaction(SIGINT, &action, &oldInt_);
     sigaction(SIGTERM, &action, &oldTerm_);
+    sigaction(SIGHUP, &action, &oldHup_);
     // A write to a pipe whose reader has gone fails with EPIPE instead of killing the process,
     // which would leave the output directories it made (flushTable then stops the runs).
     gStdoutClosed.store(false);
@@ -171,6 +173,7 @@ class InterruptGuard {
   ~InterruptGuard() {
     sigaction(SIGINT, &oldInt_, nullptr);
     sigaction(SIGTERM, &oldTerm_, nullptr);
+    sigaction(SIGHUP, &oldHup_, nullptr);
     sigaction(SIGPIPE, &oldPipe_, nullptr);
   }
   InterruptGuard(const InterruptGuard&) = delete;
@@ -185,6 +188,7 @@ class InterruptGuard {
  private:
   struct sigaction oldInt_ {};
   struct sigaction oldTerm_ {};
+  struct sigaction oldHup_ {};
   struct sigaction oldPipe_ {};
 };
 

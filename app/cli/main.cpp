@@ -26,6 +26,7 @@
 namespace {
 
 using kmseg::cli::Options;
+using kmseg::cli::realNumber;
 using kmseg::cli::wholeNumberIn;
 
 // Option values as typed; converted and checked after parsing so that every bad value gets the
@@ -57,7 +58,8 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
                                 "K is from 1 to " + std::to_string(kmseg::kMaxComparedClusters)))
       ->capture_default_str();
   cmd.add_option("--rho", p.rho, "Safety factor of the reliability test of mixed modes (> 2)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(realNumber());
   cmd.add_option("--working", raw.working,
                  "Working precision of data and centroid update: auto (fp64 for mode fp64, "
                  "fp32 otherwise), fp32, fp64")
@@ -74,7 +76,8 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
                         "the iteration cap is from 1 to " + std::to_string(kmseg::kMaxIterations)))
       ->capture_default_str();
   cmd.add_option("--tol", p.tolerance, "Stop when the relative centre shift is below this (>= 0)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(realNumber());
   cmd.add_flag(
       "--no-cycle-stop", raw.noCycleStop,
       "Do not stop when labels repeat those of two iterations earlier (the paper's rules)");
@@ -84,6 +87,7 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
       ->capture_default_str();
   cmd.add_option("--spatial-weight", o.features.spatialWeight,
                  "Weight of the x,y columns after normalisation (0 to 32; 0 ignores position)")
+      ->transform(realNumber())
       ->capture_default_str();
   cmd.add_option("--backend", raw.backend,
                  "Engine: auto (the GPU, or the CPU if none answers or a GPU run fails), cuda, cpu")

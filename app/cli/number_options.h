@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -46,6 +47,36 @@ CLI::Validator wholeNumberIn(T min, T max, std::string limits = {}) {
         return {};
       },
       whole ? std::string() : bounds, "whole number");
+}
+
+/// A CLI11 transform for a floating-point option: the value must be a decimal number as typed
+/// ("5", "-1", "1e-8", ".5"; "inf" and "nan" pass here and are refused by the option's own check,
+/// which names its limits). Refused, where CLI11 alone would accept or misread them: an empty
+/// value (CLI11 reads 0), hexadecimal ("0x10"), and spaces around the number. The text is
+/// rewritten in the shortest form that reads back as the same double.
+inline CLI::Validator realNumber() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const char* begin = text.data();
+        const char* end = begin + text.size();
+        if (begin != end && *begin == '+') ++begin;
+        const bool hex =
+            end - begin >= 2 && begin[0] == '0' && (begin[1] == 'x' || begin[1] == 'X');
+        double v = 0;
+        const auto [stop, ec] = std::from_chars(begin, end, v, std::chars_format::general);
+        if (begin == end || hex || stop != end ||
+            (ec != std::errc() && ec != std::errc::result_out_of_range))
+          return "'" + text + "' is not a decimal number";
+        if (ec == std::errc::result_out_of_range)
+          // Beyond double's range: keep the text's sign and size, so the option's check refuses
+          // it (an overflow reads as infinity, an underflow as 0).
+          v = std::strtod(std::string(begin, end).c_str(), nullptr);
+        char buf[64];
+        const auto r = std::to_chars(buf, buf + sizeof buf, v);
+        text.assign(buf, r.ptr);
+        return {};
+      },
+      std::string(), "number");
 }
 
 }  // namespace kmseg::cli

@@ -235,7 +235,8 @@ Contingency contingency(const std::vector<std::int32_t>& a, int ka,
   return c;
 }
 
-std::vector<int> maxWeightAssignment(const std::vector<std::int64_t>& weights, int n) {
+std::vector<int> maxWeightAssignment(const std::vector<std::int64_t>& weights, int n,
+                                     const std::atomic<bool>* cancel) {
   if (n < 0) throw InvalidArgument("assignment size " + std::to_string(n) + " is negative");
   if (weights.size() != std::size_t(n) * std::size_t(n)) {
     throw InvalidArgument("assignment of size " + std::to_string(n) + " needs " +
@@ -265,6 +266,7 @@ std::vector<int> maxWeightAssignment(const std::vector<std::int64_t>& weights, i
   std::vector<std::int64_t> minSlack(std::size_t(n) + 1);
   std::vector<char> used(std::size_t(n) + 1);
   for (int i = 1; i <= n; ++i) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
     rowOfCol[0] = i;
     int j0 = 0;
     std::fill(minSlack.begin(), minSlack.end(), kInf);
@@ -356,7 +358,7 @@ double mutualInformation(const Contingency& c) {
   return static_cast<double>(std::max(mi, 0.0L));
 }
 
-double expectedMutualInformation(const Contingency& c) {
+double expectedMutualInformation(const Contingency& c, const std::atomic<bool>* cancel) {
   const Marginals m = marginals(c);
   if (m.nonEmptyA <= 1 || m.nonEmptyB <= 1) return 0.0;
   // One value per (row, column) pair, summed afterwards in a fixed order: the result does not
@@ -365,16 +367,19 @@ double expectedMutualInformation(const Contingency& c) {
   std::vector<long double> perPair(std::size_t(pairs), 0.0L);
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t p = 0; p < pairs; ++p) {
+    // No exception may leave the parallel loop: a cancelled loop skips its pairs, then throws.
+    if (cancel && cancel->load(std::memory_order_relaxed)) continue;
     const std::int64_t a = m.a[std::size_t(p / c.colsB)];
     const std::int64_t b = m.b[std::size_t(p % c.colsB)];
     if (a > 0 && b > 0) perPair[std::size_t(p)] = pairExpectedMi(a, b, m.n);
   }
+  if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
   long double emi = 0.0L;
   for (long double v : perPair) emi += v;
   return static_cast<double>(emi);
 }
 
-double adjustedMutualInformation(const Contingency& c) {
+double adjustedMutualInformation(const Contingency& c, const std::atomic<bool>* cancel) {
   const Marginals m = marginals(c);
   // Neither labeling splits the data (or there is no data): a perfect match, as scikit-learn.
   if ((m.nonEmptyA == 1 && m.nonEmptyB == 1) || (m.nonEmptyA == 0 && m.nonEmptyB == 0)) {
@@ -383,7 +388,7 @@ double adjustedMutualInformation(const Contingency& c) {
   // Only one of them splits it: no information shared, exactly (as scikit-learn since 1.7).
   if (m.nonEmptyA == 1 || m.nonEmptyB == 1) return 0.0;
   const double mi = mutualInformation(c);
-  const double emi = expectedMutualInformation(c);
+  const double emi = expectedMutualInformation(c, cancel);
   const double hA = static_cast<double>(entropy(m.a, m.n));
   const double hB = static_cast<double>(entropy(m.b, m.n));
   const double normalizer = 0.5 * (hA + hB);
@@ -408,7 +413,7 @@ double adjustedMutualInformation(const Contingency& c) {
 
 Comparison compareLabelings(const std::vector<std::int32_t>& reference,
                             const std::vector<std::int32_t>& candidate, int k, double referenceSse,
-                            double candidateSse) {
+                            double candidateSse, const std::atomic<bool>* cancel) {
   if (k < 1) throw InvalidArgument("K = " + std::to_string(k) + " is below the minimum of 1");
   if (reference.size() != candidate.size()) {
     throw InvalidArgument("candidate labeling has " + std::to_string(candidate.size()) +
@@ -428,7 +433,7 @@ Comparison compareLabelings(const std::vector<std::int32_t>& reference,
       weights[std::size_t(cand) * std::size_t(k) + std::size_t(ref)] = table(ref, cand);
     }
   }
-  r.mapping = maxWeightAssignment(weights, k);
+  r.mapping = maxWeightAssignment(weights, k, cancel);
 
   const std::int64_t n = static_cast<std::int64_t>(reference.size());
   r.clusterSize.assign(std::size_t(k), 0);
@@ -465,7 +470,7 @@ Comparison compareLabelings(const std::vector<std::int32_t>& reference,
   (void)masked;
 
   r.ari = adjustedRandIndex(table);
-  r.ami = adjustedMutualInformation(table);
+  r.ami = adjustedMutualInformation(table, cancel);
   if (referenceSse > 0.0) {
     r.sseRatio = candidateSse / referenceSse;
   } else {

@@ -280,9 +280,10 @@ PipedCli spawnPiped(std::vector<std::string> args, const fs::path& err) {
 // Ctrl+C during the runs: they stop within an iteration, the rows printed stay, nothing is
 // written, one line says so, exit code 130. The signal is sent once the reference's row is out,
 // while the modes after it (uniform fp16 to its cap of 300 iterations) still run.
-TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
-  const fs::path out = test::freshTempDir("cli-interrupt") / "out";
-  const fs::path err = test::freshTempDir("cli-interrupt-err") / "err";
+void interruptStopsTheRunsAndWritesNothing(int signal) {
+  const std::string name = "cli-interrupt-" + std::to_string(signal);
+  const fs::path out = test::freshTempDir(name) / "out";
+  const fs::path err = test::freshTempDir(name + "-err") / "err";
   const PipedCli cli = spawnPiped({"compare", "samples/coffee.png", "-k", "8", "--modes",
                                    "fp16,fp32", "--backend", "cpu", "-o", out.string()},
                                   err);
@@ -295,7 +296,7 @@ TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
   while (std::fgets(buf, sizeof buf, stream)) {
     lines.emplace_back(buf);
     if (!signalled && lines.back().rfind("reference ", 0) == 0) {
-      ASSERT_EQ(::kill(pid, SIGINT), 0);
+      ASSERT_EQ(::kill(pid, signal), 0);
       signalled = true;
     }
   }
@@ -316,6 +317,16 @@ TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
   // not even a temporary file.
   EXPECT_FALSE(fs::exists(out));
   EXPECT_TRUE(fs::is_empty(out.parent_path()));
+}
+
+TEST(Cli, AnInterruptStopsTheRunsAndWritesNothing) {
+  interruptStopsTheRunsAndWritesNothing(SIGINT);
+}
+
+// SIGTERM, and SIGHUP (the terminal closed), stop the runs as Ctrl+C does.
+TEST(Cli, TerminateAndHangUpStopTheRunsAsAnInterruptDoes) {
+  interruptStopsTheRunsAndWritesNothing(SIGTERM);
+  interruptStopsTheRunsAndWritesNothing(SIGHUP);
 }
 
 // A reader that goes away (`kmseg compare ... | head -2`): the next row the command prints
@@ -775,6 +786,22 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"rhoinf", "segment samples/coffee.png --rho inf", 2, "rho = inf",
                 "rho must be > 2 and finite"},
         BadCase{"rhohuge", "segment samples/coffee.png --rho 1e400", 2, "rho"},
+        // A float option's value is a decimal number as typed: CLI11 alone reads '' as 0 and
+        // takes hexadecimal.
+        BadCase{"tolempty", "segment samples/coffee.png --tol ''", 2, "--tol",
+                "'' is not a decimal number"},
+        BadCase{"weightempty", "segment samples/coffee.png --spatial-weight ''", 2,
+                "--spatial-weight", "'' is not a decimal number"},
+        BadCase{"rhohex", "segment samples/coffee.png --rho 0x10", 2, "--rho",
+                "'0x10' is not a decimal number"},
+        BadCase{"rhospace", "segment samples/coffee.png --rho '5 '", 2, "--rho",
+                "'5 ' is not a decimal number"},
+        BadCase{"noiseempty", "bench distances --points 4 --dim 2 --noise ''", 2, "--noise",
+                "'' is not a decimal number"},
+        BadCase{"noisehuge", "bench distances --points 4 --dim 2 --noise 1e308", 2,
+                "--noise 1e+308 is outside [0, 1e300]", "overflow C"},
+        BadCase{"benchjsonempty", "bench distances --points 4 --dim 2 --json ''", 2, "--json",
+                "the file name is empty"},
         BadCase{"threads", "segment samples/coffee.png --threads 100000", 2, "--threads",
                 "'100000' is out of range [0, 1024]"},
         BadCase{"command", "frobnicate", 2, "unknown command 'frobnicate'",

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -445,6 +446,30 @@ TEST(CompareLabelings, PermutedCopyHasNoDifference) {
   EXPECT_DOUBLE_EQ(r.ari, 1.0);
   EXPECT_NEAR(r.ami, 1.0, 1e-14);
   EXPECT_EQ(r.sseRatio, 1.0);
+}
+
+// A comparison stops when asked: the matching and the AMI grow with K (seconds at K = 8192), so
+// both check the flag; set, they throw Cancelled, and clear, the result is the plain one.
+TEST(CompareLabelings, StopsWhenCancelled) {
+  const int k = 6;
+  Labels reference(600), candidate(600);
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    reference[i] = std::int32_t(i % k);
+    candidate[i] = std::int32_t((i / 7) % k);
+  }
+  std::atomic<bool> cancel{true};
+  EXPECT_THROW(kmseg::compareLabelings(reference, candidate, k, 1.0, 1.0, &cancel),
+               kmseg::Cancelled);
+  const kmseg::Contingency table = kmseg::contingency(reference, k, candidate, k);
+  EXPECT_THROW(kmseg::adjustedMutualInformation(table, &cancel), kmseg::Cancelled);
+  EXPECT_THROW(kmseg::expectedMutualInformation(table, &cancel), kmseg::Cancelled);
+  EXPECT_THROW(kmseg::maxWeightAssignment(table.counts, k, &cancel), kmseg::Cancelled);
+  cancel = false;
+  const kmseg::Comparison r = kmseg::compareLabelings(reference, candidate, k, 1.0, 1.0, &cancel);
+  const kmseg::Comparison plain = kmseg::compareLabelings(reference, candidate, k, 1.0, 1.0);
+  EXPECT_EQ(r.mapping, plain.mapping);
+  EXPECT_EQ(r.ami, plain.ami);
+  EXPECT_GT(r.differing, 0);
 }
 
 TEST(CompareLabelings, FlippedPixelsGiveExactPercentages) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -20,8 +21,10 @@ Contingency contingency(const std::vector<std::int32_t>& a, int ka,
                         const std::vector<std::int32_t>& b, int kb);
 
 /// Optimal one-to-one assignment maximising the total weight of an n x n matrix (row-major),
-/// Hungarian algorithm, O(n^3). Returns assignment[row] = column.
-std::vector<int> maxWeightAssignment(const std::vector<std::int64_t>& weights, int n);
+/// Hungarian algorithm, O(n^3). Returns assignment[row] = column. Throws Cancelled when `cancel`
+/// is set (checked once per row: at n = 8192, tens of milliseconds apart).
+std::vector<int> maxWeightAssignment(const std::vector<std::int64_t>& weights, int n,
+                                     const std::atomic<bool>* cancel = nullptr);
 
 /// Mutual information (natural logarithm) of the two labelings behind `c`, as scikit-learn's
 /// mutual_info_score: empty clusters are ignored, and it is 0 when either labeling has a single
@@ -30,8 +33,9 @@ double mutualInformation(const Contingency& c);
 /// Expected mutual information of two labelings drawn at random with the cluster sizes of `c`
 /// (hypergeometric model), as scikit-learn's expected_mutual_information; 0 when either labeling
 /// has a single non-empty cluster. Each hypergeometric sum is walked outwards from its mode by
-/// the exact term ratio and stops where the terms become negligible (relative 1e-20).
-double expectedMutualInformation(const Contingency& c);
+/// the exact term ratio and stops where the terms become negligible (relative 1e-20). Throws
+/// Cancelled when `cancel` is set.
+double expectedMutualInformation(const Contingency& c, const std::atomic<bool>* cancel = nullptr);
 
 /// Adjusted Rand index of the two labelings behind `c`.
 double adjustedRandIndex(const Contingency& c);
@@ -39,7 +43,8 @@ double adjustedRandIndex(const Contingency& c);
 /// Degenerate cases as scikit-learn: 1 when neither labeling splits the data (or it is empty), 0
 /// when exactly one does. The expected mutual information is summed over its non-negligible
 /// terms only (see expectedMutualInformation), so that it stays fast at tens of megapixels.
-double adjustedMutualInformation(const Contingency& c);
+/// Throws Cancelled when `cancel` is set.
+double adjustedMutualInformation(const Contingency& c, const std::atomic<bool>* cancel = nullptr);
 
 /// A candidate labeling compared with the fp64 reference labeling of the same pixels.
 struct Comparison {
@@ -62,9 +67,10 @@ struct Comparison {
 inline constexpr int kMaxComparedClusters = 8192;
 
 /// Compares `candidate` with `reference` (both with labels in [0, k)). Throws InvalidArgument for
-/// k above kMaxComparedClusters.
+/// k above kMaxComparedClusters, and Cancelled when `cancel` is set during the matching or the
+/// AMI (the steps that grow with K: at K = 8192 they take seconds).
 Comparison compareLabelings(const std::vector<std::int32_t>& reference,
                             const std::vector<std::int32_t>& candidate, int k, double referenceSse,
-                            double candidateSse);
+                            double candidateSse, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace kmseg
