@@ -41,7 +41,22 @@ std::string quoted(const fs::path& path) {
 std::string stbReason() {
   const char* reason = stbi_failure_reason();
   // stb reports an unknown PNG chunk of type 0 (a cut-off chunk header) with an empty string.
-  return reason && *reason ? reason : "corrupt data";
+  if (!reason || !*reason) return "corrupt data";
+  // It copies an unknown PNG chunk's four type bytes into the message: bytes that are not
+  // printable ASCII are written as \xHH, so that no raw byte of the file reaches the terminal.
+  std::string text;
+  for (const char* c = reason; *c; ++c) {
+    const unsigned char b = static_cast<unsigned char>(*c);
+    if (b >= 0x20 && b < 0x7f) {
+      text += char(b);
+    } else {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      text += "\\x";
+      text += kHex[b >> 4];
+      text += kHex[b & 15];
+    }
+  }
+  return text;
 }
 
 struct FileCloser {

@@ -707,6 +707,21 @@ TEST(ImageIoError, TruncatedPng) {
   }
 }
 
+// An unknown critical PNG chunk whose type bytes are not text: stb_image copies them into its
+// message; they are written as \xHH, so that no raw byte of the file reaches a terminal.
+TEST(ImageIoError, UnknownPngChunkIsNamedInPrintableText) {
+  std::ifstream in(sourcePath("samples/coffee.png"), std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string png(bytes.begin(), bytes.end());
+  const std::size_t at = png.find("IDAT");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 3] = char(0xAB);
+  const fs::path path = writeBytes(freshTempDir("image-io-chunk") / "chunk.png", bytes);
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find("IDA\\xAB PNG chunk not known"), std::string::npos) << message;
+  for (const char c : message) EXPECT_TRUE(static_cast<unsigned char>(c) < 0x80) << message;
+}
+
 // Every pixel of `image` against the pattern the builders above write; `grey` compares each
 // channel with the pattern's red channel, `skip` names a column not to compare.
 void expectPattern(const Image& image, int width, int height, bool grey = false, int skip = -1) {
