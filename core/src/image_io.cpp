@@ -654,6 +654,38 @@ std::optional<PngHeader> pngHeader(const Bytes& d) {
   return h;
 }
 
+// What is wrong with the IHDR of a file that starts with the PNG signature and an IHDR chunk
+// but that pngHeader refuses: the values the PNG specification does not allow, in words ("" when
+// the file is no such PNG, or its IHDR is valid).
+std::string pngHeaderFault(const Bytes& d) {
+  if (!startsWith(d, "\x89PNG\r\n\x1A\n") || d.size() < 33 || be32(d, 8) != 13 ||
+      std::memcmp(d.data() + 12, "IHDR", 4) != 0)
+    return {};
+  const std::uint32_t width = be32(d, 16), height = be32(d, 20);
+  const unsigned depth = d[24], colour = d[25];
+  if (width == 0 || height == 0)
+    return "its PNG header declares " + std::to_string(width) + " x " + std::to_string(height) +
+           " pixels";
+  if (width > 0x7FFFFFFF || height > 0x7FFFFFFF)
+    return "its PNG header declares " + std::to_string(width) + " x " + std::to_string(height) +
+           " pixels, more than PNG allows (2^31 - 1 a side)";
+  if (colour != 0 && colour != 2 && colour != 3 && colour != 4 && colour != 6)
+    return "its PNG header has colour type " + std::to_string(colour) +
+           ", which PNG does not define (0, 2, 3, 4 or 6)";
+  const bool depthAllowed =
+      colour == 0   ? depth == 1 || depth == 2 || depth == 4 || depth == 8 || depth == 16
+      : colour == 3 ? depth == 1 || depth == 2 || depth == 4 || depth == 8
+                    : depth == 8 || depth == 16;
+  if (!depthAllowed)
+    return "its PNG header has bit depth " + std::to_string(depth) + " with colour type " +
+           std::to_string(colour) + ", which PNG does not allow";
+  if (d[26] != 0 || d[27] != 0 || d[28] > 1)
+    return "its PNG header has compression method " + std::to_string(d[26]) + ", filter method " +
+           std::to_string(d[27]) + " and interlace method " + std::to_string(d[28]) +
+           ", where PNG defines 0, 0 and 0 or 1";
+  return {};
+}
+
 constexpr std::uint64_t kStbMaxSide = 1 << 24;
 constexpr std::uint64_t kStbPngMaxBytes = 1 << 30;
 
@@ -711,6 +743,9 @@ ImageInfo readInfo(const Bytes& d, const fs::path& path) {
       info.format = "png";
       return info;
     }
+    if (const std::string fault = pngHeaderFault(d); !fault.empty())
+      throw IoError("cannot decode image file " + quoted(path) + ": " + fault +
+                    " (the file is corrupt)");
     throw IoError("cannot decode image file " + quoted(path) +
                   ": not an image in a supported format (stb_image: " + stbReason() +
                   "); supported are JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PIC and PNM");

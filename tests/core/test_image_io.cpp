@@ -608,6 +608,49 @@ TEST(ImageIoError, HeaderWithoutPixels) {
   }
 }
 
+// A PNG header with values the PNG specification does not allow is named as corrupt, with the
+// value, instead of stb_image's "unknown image type" (its last reader's failure). Probing says
+// the same.
+TEST(ImageIoError, InvalidPngHeaderIsNamed) {
+  const fs::path dir = freshTempDir("image-io-png-header");
+  struct Case {
+    std::uint32_t width, height;
+    char depth, colour;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {0, 8, 8, 2, "its PNG header declares 0 x 8 pixels (the file is corrupt)"},
+      {8, 0, 8, 2, "its PNG header declares 8 x 0 pixels (the file is corrupt)"},
+      {0x80000000u, 1, 8, 2,
+       "its PNG header declares 2147483648 x 1 pixels, more than PNG allows (2^31 - 1 a side)"},
+      {4, 4, 8, 5, "its PNG header has colour type 5, which PNG does not define"},
+      {4, 4, 3, 2, "its PNG header has bit depth 3 with colour type 2, which PNG does not allow"},
+      {4, 4, 16, 3, "its PNG header has bit depth 16 with colour type 3"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    const fs::path path =
+        pngHeaderOnly(dir / ("h" + std::to_string(n++) + ".png"), c.width, c.height, c.colour);
+    // pngHeaderOnly writes bit depth 8: set the case's.
+    std::vector<char> bytes;
+    {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    bytes[24] = c.depth;
+    writeBytes(path, bytes);
+    const std::string message = messageOf<IoError>(path);
+    EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    try {
+      kmseg::probeImage(path);
+      ADD_FAILURE() << path << " probed";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The decoder's limits beyond the pixel limit name themselves, before any pixel is decoded:
 // 2^24 pixels a side in every format, and the bytes a reader decodes into (a GIF's 4 a pixel).
 TEST(ImageIoError, BeyondTheDecodersLimits) {
