@@ -729,6 +729,11 @@ ImageInfo readInfo(const Bytes& d, const fs::path& path) {
             (pnm.channels == 3 ? "PPM" : "PGM") + " header's " + names[i] + " " +
             (pnm.fields[i] >= (1u << 30) ? "is over 2^30" : "is " + std::to_string(pnm.fields[i])) +
             ", more than the decoder's limit of " + std::to_string(limits[i]));
+    if (pnm.complete && pnm.fields[2] == 0)
+      throw IoError("cannot decode image file " + quoted(path) + ": its " +
+                    (pnm.channels == 3 ? "PPM" : "PGM") +
+                    " header's maximum value is 0, where PNM allows 1 to 65535 (the file is "
+                    "corrupt)");
   }
   if (!stbi_info_from_memory(d.data(), length, &info.width, &info.height, &info.channels)) {
     // stb_image tries every reader in turn and reports the last one's failure, so a PNG whose

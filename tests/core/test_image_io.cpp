@@ -905,6 +905,20 @@ TEST(ImageIoError, PnmHeaderDeclaringMoreThanTheFileHoldsIsRefusedBeforeDecoding
   EXPECT_NE(message.find("the file has 100 bytes"), std::string::npos) << message;
 }
 
+// A maximum value of 0 (PNM allows 1 to 65535) is named as corrupt, in PPM and PGM.
+TEST(ImageIoError, PnmMaximumValueZeroIsNamed) {
+  const fs::path dir = freshTempDir("image-io-pnm-max0");
+  for (const int channels : {3, 1}) {
+    const fs::path path =
+        writeBytes(dir / (channels == 3 ? "z.ppm" : "z.pgm"), pnmBytes(4, 3, channels, 0));
+    const std::string message = messageOf<IoError>(path);
+    EXPECT_NE(message.find(std::string("its ") + (channels == 3 ? "PPM" : "PGM") +
+                           " header's maximum value is 0, where PNM allows 1 to 65535"),
+              std::string::npos)
+        << message;
+  }
+}
+
 TEST(ImageIoError, TruncatedGif) {
   const fs::path dir = freshTempDir("image-io-truncated-gif");
   const std::vector<char> bytes = gifBytes(60, 40);
