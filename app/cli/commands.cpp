@@ -325,6 +325,7 @@ void runCommand(const std::string& command, const Options& o) {
   report.params = o.workflow.kmeans;
   if (!o.modes.empty()) report.params.mode = o.modes.front();
   report.features = o.features;
+  report.featureScales = features.scales;
   report.init = o.workflow.init;
   report.seed = o.workflow.seed;
   report.backend = w.engine;

@@ -284,6 +284,7 @@ Report makeReport(const RunOutcome& o) {
   r.params = o.params.workflow.kmeans;
   if (!o.modes.empty()) r.params.mode = o.modes.front();
   r.features = o.params.features;
+  if (o.features) r.featureScales = o.features->features.scales;
   r.init = o.params.workflow.init;
   r.seed = o.params.workflow.seed;
   r.backend = o.engine;

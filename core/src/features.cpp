@@ -119,7 +119,8 @@ void channelExtremes(const std::vector<T>& s, T (&lo)[3], T (&hi)[3]) {
 // written (channel extremes from the samples, 0 and width - 1 or height - 1 for x and y), so
 // every value is one of a few minMaxValue results, each computed once.
 template <typename T>
-FeatureLookup minMaxRgbLookup(const Image& image, const std::vector<T>& s, double weight) {
+FeatureLookup minMaxRgbLookup(const Image& image, const std::vector<T>& s, double weight,
+                              std::vector<ColumnScale>* scales = nullptr) {
   FeatureLookup l;
   l.width = std::size_t(image.width);
   l.height = std::size_t(image.height);
@@ -140,6 +141,12 @@ FeatureLookup minMaxRgbLookup(const Image& image, const std::vector<T>& s, doubl
     l.xs[x] = minMaxValue(double(x), 0.0, double(l.width - 1)) * weight;
   for (std::size_t y = 0; y < l.height; ++y)
     l.ys[y] = minMaxValue(double(y), 0.0, double(l.height - 1)) * weight;
+  if (scales) {
+    scales->clear();
+    for (int c = 0; c < 3; ++c) scales->push_back({double(lo[c]), double(hi[c]) - double(lo[c])});
+    scales->push_back({0.0, double(l.width - 1), weight});
+    scales->push_back({0.0, double(l.height - 1), weight});
+  }
   return l;
 }
 
@@ -247,8 +254,8 @@ Normalization parseNormalization(std::string_view name) {
                         "'; valid normalisations are: minmax, zscore");
 }
 
-void normalizeColumns(Matrix& m, Normalization n) {
-  if (m.empty()) return;
+std::vector<ColumnScale> normalizeColumns(Matrix& m, Normalization n) {
+  if (m.empty()) return {};
   if (m.values.size() != m.rows * m.cols)
     throw InvalidArgument("a " + std::to_string(m.rows) + " x " + std::to_string(m.cols) +
                           " matrix holds " + std::to_string(m.values.size()) +
@@ -297,7 +304,9 @@ void normalizeColumns(Matrix& m, Normalization n) {
       double* r = m.row(i);
       for (std::size_t j = 0; j < cols; ++j) r[j] = minMaxValue(r[j], lo[j], hi[j]);
     }
-    return;
+    std::vector<ColumnScale> scales(cols);
+    for (std::size_t j = 0; j < cols; ++j) scales[j] = {lo[j], hi[j] - lo[j]};
+    return scales;
   }
 
   std::vector<double> mean = blockedColumnSums(m, [](double v, std::size_t) { return v; });
@@ -325,6 +334,20 @@ void normalizeColumns(Matrix& m, Normalization n) {
     for (std::size_t j = 0; j < cols; ++j)
       r[j] = lo[j] == hi[j] ? 0.0 : (r[j] - mean[j]) / stddev[j];
   }
+  std::vector<ColumnScale> scales(cols);
+  for (std::size_t j = 0; j < cols; ++j)
+    scales[j] = lo[j] == hi[j] ? ColumnScale{lo[j], 0.0} : ColumnScale{mean[j], stddev[j]};
+  return scales;
+}
+
+Matrix inRawUnits(const Matrix& m, const std::vector<ColumnScale>& scales) {
+  if (scales.size() != m.cols)
+    throw InvalidArgument("inRawUnits: " + std::to_string(scales.size()) + " column scales for " +
+                          std::to_string(m.cols) + " columns");
+  Matrix r(m.rows, m.cols);
+  for (std::size_t i = 0; i < m.rows; ++i)
+    for (std::size_t j = 0; j < m.cols; ++j) r(i, j) = scales[j].raw(m(i, j));
+  return r;
 }
 
 void checkSpatialWeight(double weight, std::string_view what) {
@@ -363,9 +386,12 @@ ImageFeatures makeImageFeatures(const Image& image, const FeatureOptions& option
   checkSpatialWeight(weight, "spatial weight");
   const bool is16 = image.bitDepth == 16;
 
-  if (std::optional<FeatureLookup> l = checkedLookup(image, options)) {
-    Matrix rows = is16 ? lookupFeatures(*l, l->samples16) : lookupFeatures(*l, l->samples8);
-    return {std::move(rows), std::move(l)};
+  if (options.colorSpace == ColorSpace::Rgb && options.normalization == Normalization::MinMax) {
+    std::vector<ColumnScale> scales;
+    FeatureLookup l = is16 ? minMaxRgbLookup(image, image.rgb16, weight, &scales)
+                           : minMaxRgbLookup(image, image.rgb8, weight, &scales);
+    Matrix rows = is16 ? lookupFeatures(l, l.samples16) : lookupFeatures(l, l.samples8);
+    return {std::move(rows), std::move(l), std::move(scales)};
   }
 
   Matrix m(image.pixelCount(), kColumns);
@@ -380,7 +406,8 @@ ImageFeatures makeImageFeatures(const Image& image, const FeatureOptions& option
     fillRgb(image, image.rgb8, m);
   }
   fillCoordinates(image, m);
-  normalizeColumns(m, options.normalization);
+  std::vector<ColumnScale> scales = normalizeColumns(m, options.normalization);
+  scales[3].weight = scales[4].weight = weight;
   if (weight != 1.0) {
 #pragma omp parallel for schedule(static) if (m.rows > kParallelRows)
     for (std::ptrdiff_t i = 0; i < std::ptrdiff_t(m.rows); ++i) {
@@ -388,7 +415,7 @@ ImageFeatures makeImageFeatures(const Image& image, const FeatureOptions& option
       m.row(i)[4] *= weight;
     }
   }
-  return {std::move(m), std::nullopt};
+  return {std::move(m), std::nullopt, std::move(scales)};
 }
 
 }  // namespace kmseg

@@ -90,7 +90,13 @@ json centroidsJson(const Matrix& m) {
   return rows;
 }
 
-json runJson(const ModeReport& run) {
+// The centroids in the photo's raw units (see ColumnScale), or null without one scale per column.
+json rawCentroidsJson(const Matrix& m, const std::vector<ColumnScale>& scales) {
+  if (m.values.size() != m.rows * m.cols || scales.size() != m.cols) return nullptr;
+  return centroidsJson(inRawUnits(m, scales));
+}
+
+json runJson(const ModeReport& run, const std::vector<ColumnScale>& scales) {
   const KMeansResult& r = *run.result;
   return {{"mode", modeName(r.mode)},
           {"reference", run.isReference},
@@ -110,6 +116,7 @@ json runJson(const ModeReport& run) {
           {"backend", r.backend},
           {"backend_note", r.backendNote.empty() ? json(nullptr) : json(r.backendNote)},
           {"centroids", centroidsJson(r.centroids)},
+          {"centroids_raw", rawCentroidsJson(r.centroids, scales)},
           {"comparison", run.comparison ? comparisonJson(*run.comparison) : json(nullptr)},
           {"trace", traceJson(r.trace)}};
 }
@@ -172,7 +179,7 @@ std::string reportJson(const Report& report) {
   const bool hasReference = std::any_of(report.runs.begin(), report.runs.end(),
                                         [](const ModeReport& r) { return r.isReference; });
   for (const ModeReport& run : report.runs) {
-    runs.push_back(runJson(run));
+    runs.push_back(runJson(run, report.featureScales));
     if (!run.isReference) modes.push_back(modeName(run.result->mode));
     const bool reused = hasReference && !run.isReference && run.result->mode == Mode::Fp64;
     if (!reused && std::isfinite(run.result->seconds)) runSeconds += run.result->seconds;
@@ -199,7 +206,11 @@ std::string reportJson(const Report& report) {
         {"features",
          {{"color_space", colorSpaceName(report.features.colorSpace)},
           {"normalization", normalizationName(report.features.normalization)},
-          {"spatial_weight", number(report.features.spatialWeight)}}}}},
+          {"spatial_weight", number(report.features.spatialWeight)},
+          // The raw units of centroids_raw's columns.
+          {"raw_columns", report.features.colorSpace == ColorSpace::Lab
+                              ? json::array({"L*", "a*", "b*", "x (column)", "y (row)"})
+                              : json::array({"R", "G", "B", "x (column)", "y (row)"})}}}}},
       {"backend",
        {{"engine", report.backend},
         {"note", report.backendNote.empty() ? json(nullptr) : json(report.backendNote)}}},

@@ -135,6 +135,18 @@ TEST(Cli, SegmentWritesWhatTheLibraryComputes) {
   const auto t = nlohmann::json::parse(json)["timings"];
   ASSERT_TRUE(t["wall_seconds"].is_number()) << t.dump();
   EXPECT_GE(t["wall_seconds"].get<double>(), t["total_seconds"].get<double>()) << t.dump();
+  // The centroids in the photo's units: the library's, through the features' column scales
+  // (R, G, B samples, x and y in pixels).
+  const auto run = nlohmann::json::parse(json)["runs"][1];
+  const Matrix raw =
+      kmseg::inRawUnits(w.modes[0].result.centroids, kmseg::makeImageFeatures(image).scales);
+  ASSERT_EQ(run["centroids_raw"].size(), 5u);
+  for (std::size_t j = 0; j < 5; ++j)
+    for (std::size_t q = 0; q < 5; ++q) {
+      EXPECT_DOUBLE_EQ(run["centroids_raw"][j][q].get<double>(), raw(j, q)) << j << "," << q;
+      EXPECT_GE(raw(j, q), 0.0);
+      EXPECT_LE(raw(j, q), q < 3 ? 255.0 : q == 3 ? 599.0 : 399.0);
+    }
 }
 
 TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {

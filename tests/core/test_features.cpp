@@ -254,6 +254,41 @@ TEST(Features, LookupGivesTheMatrixBitForBit) {
                InvalidArgument);
 }
 
+// ImageFeatures::scales take every feature back to its raw value (the sample, the pixel's column
+// and row), in every combination of normalisation, bit depth and spatial weight; a column
+// weighted 0 has no raw value (NaN), and a constant column gives its one value.
+TEST(Features, ScalesGiveTheRawValues) {
+  const Image coffee = kmseg::loadImage(kmseg::test::sourcePath("samples/coffee.png"));
+  const Image deep = random16(37, 23, 20240531, 1000, 60000);
+  for (const Image* image : std::array<const Image*, 2>{&coffee, &deep})
+    for (Normalization n : {Normalization::MinMax, Normalization::ZScore})
+      for (double weight : {1.0, 0.7, 0.0}) {
+        FeatureOptions options;
+        options.normalization = n;
+        options.spatialWeight = weight;
+        const kmseg::ImageFeatures f = kmseg::makeImageFeatures(*image, options);
+        ASSERT_EQ(f.scales.size(), 5u);
+        const Matrix raw = rawRgb(*image);
+        const Matrix back = kmseg::inRawUnits(f.rows, f.scales);
+        for (std::size_t i = 0; i < raw.rows; i += 97)
+          for (std::size_t q = 0; q < 5; ++q) {
+            if (q >= 3 && weight == 0.0) {
+              EXPECT_TRUE(std::isnan(back(i, q)));
+              continue;
+            }
+            EXPECT_NEAR(back(i, q), raw(i, q), 1e-9 * std::max(1.0, std::fabs(raw(i, q))))
+                << image->width << " x " << image->height << " pixel " << i << " column " << q
+                << " weight " << weight;
+          }
+      }
+  // A constant colour column: every pixel's raw value is the column's one value.
+  const Image flat = image8(2, 1, {7, 1, 2, 7, 3, 4});
+  const kmseg::ImageFeatures f = kmseg::makeImageFeatures(flat, {});
+  EXPECT_EQ(f.scales[0], (kmseg::ColumnScale{7.0, 0.0, 1.0}));
+  EXPECT_EQ(kmseg::inRawUnits(f.rows, f.scales)(1, 0), 7.0);
+  EXPECT_THROW(kmseg::inRawUnits(f.rows, {}), kmseg::InvalidArgument);
+}
+
 TEST(Features, ZScoreOfTwoPixels) {
   // R: 0 and 10 -> mean 5, population stddev 5 -> -1, 1. x likewise; y is constant.
   const Matrix m = kmseg::makeFeatures(image8(2, 1, {0, 3, 9, 10, 3, 1}),

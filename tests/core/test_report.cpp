@@ -145,6 +145,29 @@ TEST(ReportTest, JsonNamesARunsBackendNote) {
   EXPECT_EQ(runs[1]["backend_note"], moved.backendNote);
 }
 
+// With one column scale per centroid column, each run also gives its centroids in the photo's
+// raw units (ColumnScale::raw: NaN, so null, where a column was weighted 0); the report names
+// those units. Without scales, centroids_raw is null.
+TEST(ReportTest, JsonGivesCentroidsInRawUnits) {
+  Fixture f;
+  json doc = json::parse(kmseg::reportJson(f.report));
+  EXPECT_TRUE(doc["runs"][1]["centroids_raw"].is_null());
+  EXPECT_EQ(doc["parameters"]["features"]["raw_columns"],
+            json::array({"R", "G", "B", "x (column)", "y (row)"}));
+  // mixed's centroids are 3 x 2: (0.5, 0.25), (NaN, 1), (0, 0.75).
+  f.report.featureScales = {{10.0, 200.0, 1.0}, {0.0, 99.0, 0.0}};
+  doc = json::parse(kmseg::reportJson(f.report));
+  const json raw = doc["runs"][1]["centroids_raw"];
+  ASSERT_EQ(raw.size(), 3u);
+  EXPECT_EQ(raw[0][0], 110.0);
+  EXPECT_EQ(raw[2][0], 10.0);
+  EXPECT_TRUE(raw[1][0].is_null());                                   // a NaN centroid stays NaN
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(raw[i][1].is_null()) << i;  // weight 0
+  f.report.features.colorSpace = kmseg::ColorSpace::Lab;
+  doc = json::parse(kmseg::reportJson(f.report));
+  EXPECT_EQ(doc["parameters"]["features"]["raw_columns"][0], "L*");
+}
+
 TEST(ReportTest, JsonParsesBackWithExpectedValues) {
   Fixture f;
   const json doc = json::parse(kmseg::reportJson(f.report));

@@ -54,6 +54,29 @@ KMSEG_HOST_DEVICE inline double minMaxValue(double v, double min, double max) {
 /// sqrt(3) times it (z-score), so 32 keeps them within 64 under either normalisation.
 inline constexpr double kMaxSpatialWeight = 32.0;
 
+/// How feature column j relates to the raw quantity it was built from (a colour sample value or
+/// Lab's L*, a*, b*; the pixel's column or row; a generic matrix's own values): feature =
+/// (raw - offset) / range * weight, where range is max - min (min-max) or the standard deviation
+/// (z-score). A constant column has range 0 and is 0 throughout.
+struct ColumnScale {
+  double offset = 0.0;
+  double range = 1.0;   ///< 0: a constant column (raw == offset everywhere)
+  double weight = 1.0;  ///< the spatial weight for x and y, else 1
+
+  /// The raw value of a feature value: offset + feature / weight * range; offset for a constant
+  /// column; NaN for a column weighted 0, which keeps nothing of its raw values.
+  double raw(double feature) const {
+    if (range == 0.0) return offset;
+    if (weight == 0.0) return __builtin_nan("");
+    return offset + feature / weight * range;
+  }
+  friend bool operator==(const ColumnScale&, const ColumnScale&) = default;
+};
+
+/// `m` (e.g. centroids in feature units) in the raw units of its columns: scales[j].raw(m(i, j)).
+/// Throws InvalidArgument when scales does not hold one entry per column.
+Matrix inRawUnits(const Matrix& m, const std::vector<ColumnScale>& scales);
+
 /// How pixel features are built.
 struct FeatureOptions {
   ColorSpace colorSpace = ColorSpace::Rgb;              ///< what c0, c1, c2 hold
@@ -112,6 +135,9 @@ std::optional<FeatureLookup> featureLookup(const Image& image, const FeatureOpti
 struct ImageFeatures {
   Matrix rows;
   std::optional<FeatureLookup> lookup;  ///< points into the image's samples
+  /// Per column (c0, c1, c2, x, y): how the features relate to the raw values (ColumnScale);
+  /// x and y are in pixels (column and row of the upright image).
+  std::vector<ColumnScale> scales;
 };
 /// makeFeatures(image, options) and featureLookup(image, options) at once.
 ImageFeatures makeImageFeatures(const Image& image, const FeatureOptions& options = {});
@@ -119,7 +145,7 @@ ImageFeatures makeImageFeatures(const Image& image, const FeatureOptions& option
 /// Normalises every column of a generic N x D matrix in place (see Normalization). Constant
 /// columns become 0, never NaN; an empty matrix is left as it is. Throws DataError when the
 /// matrix holds NaN or infinity, or when a column's range (min-max) or variance (z-score)
-/// overflows a double.
-void normalizeColumns(Matrix& m, Normalization n);
+/// overflows a double. Returns each column's ColumnScale (weight 1; none for an empty matrix).
+std::vector<ColumnScale> normalizeColumns(Matrix& m, Normalization n);
 
 }  // namespace kmseg

@@ -30,6 +30,9 @@ struct Report {
   int height = 0;
   KMeansParams params;  ///< shared parameters (params.mode is the segment mode)
   FeatureOptions features;
+  /// How the feature columns relate to the photo's raw values (ImageFeatures::scales): with one
+  /// per centroid column, each run also gives its centroids in raw units ("centroids_raw").
+  std::vector<ColumnScale> featureScales;
   Init init = Init::RandomPoints;
   std::uint64_t seed = 0;
   std::string backend;      ///< engine description, e.g. "CPU (2 threads)"
