@@ -227,6 +227,20 @@ void checkBenchOptions(const BenchOptions& o) {
     throw InvalidArgument("unknown benchmark suite '" + o.suite +
                           "'; valid: cpu, gpu, distances, blobs");
   }
+  // An option the suite does not read would be ignored without a word: `bench cpu --backend
+  // cuda` would time the CPU.
+  for (const std::string& name : o.given)
+    for (const BenchOptionSuites& a : kBenchOptionSuites) {
+      if (name != a.option) continue;
+      const std::string suites = std::string(" ") + a.suites + " ";
+      if (suites.find(" " + o.suite + " ") == std::string::npos) {
+        std::string list;
+        for (const char* c = a.suites; *c; ++c)
+          list += *c == ' ' ? std::string(", ") : std::string(1, *c);
+        throw InvalidArgument(name + " does not apply to the " + o.suite +
+                              " suite (it applies to: " + list + ")");
+      }
+    }
   if (!(o.megapixels > 0.0) || o.megapixels > 200.0)
     throw InvalidArgument("--megapixels must be in (0, 200]");
   for (int k : benchClusters(o))

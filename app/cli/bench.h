@@ -31,7 +31,23 @@ struct BenchOptions {
   double nearFraction = 0.1;     ///< distances: share of near points in the mixed set
   double rho = 5.0;              ///< reliability safety factor of the mixed modes
   std::string backend = "auto";  ///< distances, blobs: the engine
+  /// The options of kBenchOptionSuites given on the command line (checkBenchOptions refuses
+  /// those that do not apply to the suite).
+  std::vector<std::string> given;
 };
+
+/// Options that apply to some suites only, with those suites (space-separated). The others
+/// (--threads, --repeats, --seed, --json) apply to every suite.
+struct BenchOptionSuites {
+  const char* option;
+  const char* suites;
+};
+inline constexpr BenchOptionSuites kBenchOptionSuites[] = {
+    {"--image", "cpu gpu"},          {"--megapixels", "cpu gpu"},
+    {"--clusters", "cpu gpu blobs"}, {"--modes", "gpu distances blobs"},
+    {"--dim", "distances blobs"},    {"--points", "distances blobs"},
+    {"--noise", "distances"},        {"--near-fraction", "distances"},
+    {"--rho", "distances blobs"},    {"--backend", "distances blobs"}};
 
 /// Writes `json` to `path` (atomically, indented) unless `path` is empty. Invalid UTF-8 in its
 /// strings (the bytes of a file name) becomes U+FFFD, as in the reports of segment and compare.

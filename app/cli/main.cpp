@@ -244,8 +244,11 @@ int main(int argc, char** argv) {
   try {
     if (isSegment || isCompare)
       finish(opts, isSegment ? segRaw : cmpRaw, isCompare);
-    else
+    else {
+      for (const kmseg::cli::BenchOptionSuites& a : kmseg::cli::kBenchOptionSuites)
+        if (bench->count(a.option) > 0) benchOpts.given.push_back(a.option);
       kmseg::cli::checkBenchOptions(benchOpts);
+    }
   } catch (const kmseg::Error& e) {
     std::fprintf(stderr, "kmseg: %s\n", e.what());
     return 2;

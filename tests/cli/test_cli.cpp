@@ -825,6 +825,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"suite", "bench frobnicate", 2, "unknown benchmark suite 'frobnicate'",
                 "cpu, gpu, distances, blobs"},
         BadCase{"benchrho", "bench distances --rho 2", 2, "--rho must be > 2"},
+        // An option that the suite does not read is refused, not ignored.
+        BadCase{"benchbackendcpu", "bench cpu --backend cuda", 2,
+                "--backend does not apply to the cpu suite", "(it applies to: distances, blobs)"},
+        BadCase{"benchnoiseblobs", "bench blobs --points 50 --dim 2 --noise 5", 2,
+                "--noise does not apply to the blobs suite", "(it applies to: distances)"},
+        BadCase{"benchkdistances", "bench distances --points 4 --dim 2 -k 5", 2,
+                "--clusters does not apply to the distances suite"},
         BadCase{"nearfraction", "bench distances --near-fraction 1.5", 2, "--near-fraction",
                 "[0, 1]"},
         BadCase{"benchdim", "bench blobs --dim 129", 2, "--dim 129", "[1, 128]"},
