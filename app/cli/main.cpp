@@ -153,6 +153,17 @@ std::string noCommand(int argc, char** argv, CLI::App& app) {
   return what + "; valid commands: " + valid + " (see 'kmseg --help')";
 }
 
+// The exit code after the help or the version went to standard output: `code` (0), or 1 with
+// a line on stderr when it could not be written (a full disk, a closed stdout).
+int printedOrFailed(int code, const char* what) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  const int e = errno;
+  std::fprintf(stderr, "kmseg: cannot write the %s to standard output%s%s\n", what, e ? ": " : "",
+               e ? std::strerror(e) : "");
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,11 +215,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return printedOrFailed(app.exit(e), "help");
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return printedOrFailed(app.exit(e), "help");
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return printedOrFailed(app.exit(e), "version");
   } catch (const CLI::ExtrasError& e) {
     // CLI11 lists the extras last to first; name them in the order they were typed.
     std::string extras;

@@ -252,6 +252,13 @@ TEST(Cli, ATableThatCannotBeWrittenFailsTheCommand) {
   const CliRun b = run("bench distances --points 10 --dim 4 --modes fp32");
   EXPECT_EQ(b.code, 1) << b.err;
   EXPECT_EQ(b.err.rfind("kmseg: cannot write the table to standard output: ", 0), 0u) << b.err;
+  // The help and the version, too.
+  for (const char* args : {"--help", "segment --help", "--version"}) {
+    const CliRun h = run(args);
+    EXPECT_EQ(h.code, 1) << args << ": " << h.err;
+    EXPECT_EQ(lines(h.err), 1u) << h.err;
+    EXPECT_EQ(h.err.rfind("kmseg: cannot write the ", 0), 0u) << h.err;
+  }
 }
 
 // The CLI started with `args` (after the executable), its standard output a pipe to read and
