@@ -293,6 +293,9 @@ void runCommand(const std::string& command, const Options& o) {
     lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
   };
   printRows.reference = [&](const KMeansResult& r) { printRow("reference", r, nullptr); };
+  // Ctrl+C writes nothing, so the comparisons in progress need not finish: at K = 8192 they
+  // would hold the command for tens of seconds.
+  printRows.cancelStopsComparisons = true;
   printRows.mode = [&](std::size_t m, ModeOutcome& mo) {
     printRow(std::string(modeName(o.modes[m])), mo.result, &mo.comparison);
   };

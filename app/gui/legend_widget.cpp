@@ -6,6 +6,7 @@
 #include <QPixmap>
 
 #include <algorithm>
+#include <cmath>
 
 namespace kmseg::gui {
 
@@ -42,9 +43,25 @@ LegendWidget::LegendWidget(QWidget* parent) : QTableWidget(parent) {
          "pixels the selected mode labels differently"));
 }
 
+QString centreText(const double (&raw)[5], bool lab) {
+  const char* names[3] = {"R", "G", "B"};
+  const char* labNames[3] = {"L*", "a*", "b*"};
+  QString text = LegendWidget::tr("Centre: ");
+  for (int c = 0; c < 3; ++c) {
+    if (c > 0) text += QStringLiteral(", ");
+    text += QStringLiteral("%1 %2")
+                .arg(QLatin1String(lab ? labNames[c] : names[c]))
+                .arg(raw[c], 0, 'f', 1);
+  }
+  if (std::isfinite(raw[3]) && std::isfinite(raw[4]))
+    text += LegendWidget::tr(" at column %1, row %2").arg(raw[3], 0, 'f', 1).arg(raw[4], 0, 'f', 1);
+  return text;
+}
+
 void LegendWidget::setClusters(const std::vector<Rgb8>& palette,
                                const std::vector<std::int64_t>& sizes,
-                               const std::vector<double>& diffPercent) {
+                               const std::vector<double>& diffPercent,
+                               const std::vector<QString>& centres) {
   const int rows = int(std::min(palette.size(), sizes.size()));
   setRowCount(rows);
   for (int i = 0; i < rows; ++i) {
@@ -58,6 +75,8 @@ void LegendWidget::setClusters(const std::vector<Rgb8>& palette,
     } else {
       setItem(i, 2, new QTableWidgetItem(QStringLiteral("—")));
     }
+    if (std::size_t(i) < centres.size())
+      for (int col = 0; col < 3; ++col) item(i, col)->setToolTip(centres[std::size_t(i)]);
   }
 }
 

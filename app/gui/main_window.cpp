@@ -557,9 +557,21 @@ void MainWindow::showRow(int row) {
   const QImage boundaries = renderBoundaries(r.labels, w, h, kBoundaryColour);
   views_->setResult(tr("%1 labels (colours matched to fp64)").arg(o->rowName(row)), modeLabels,
                     referenceLabels_, mask, boundaries, referenceBoundaries_);
+  // Each reference cluster's centre in the photo's units, as the legend's row tooltips.
+  std::vector<QString> centres;
+  if (o->features && o->features->features.scales.size() == ref.centroids.cols &&
+      ref.centroids.cols == kImageFeatureCount) {
+    const Matrix raw = inRawUnits(ref.centroids, o->features->features.scales);
+    const bool lab = o->features->options.colorSpace == ColorSpace::Lab;
+    for (std::size_t j = 0; j < raw.rows; ++j) {
+      double v[5];
+      for (std::size_t q = 0; q < 5; ++q) v[q] = raw(j, q);
+      centres.push_back(centreText(v, lab));
+    }
+  }
   legend_->setClusters(o->palette,
                        o->referenceSizes ? *o->referenceSizes : std::vector<std::int64_t>{},
-                       c ? c->clusterDiffPercent : std::vector<double>{});
+                       c ? c->clusterDiffPercent : std::vector<double>{}, centres);
 }
 
 QString MainWindow::pixelText() const {

@@ -121,8 +121,9 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
     }
     comparisons.push_back(std::async(std::launch::async, [&, m, k] {
       ModeOutcome& done = out.modes[m];
-      done.comparison = compareLabelings(out.reference.labels, done.result.labels, k,
-                                         out.reference.sse, done.result.sse, cancel);
+      done.comparison =
+          compareLabelings(out.reference.labels, done.result.labels, k, out.reference.sse,
+                           done.result.sse, runsDone.cancelStopsComparisons ? cancel : nullptr);
       if (!runsDone.mode) return;
       const std::lock_guard lock(reportMutex);
       compared[m] = 1;

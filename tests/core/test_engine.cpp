@@ -712,6 +712,40 @@ TEST(Workflow, KeepsTheFeaturesWithTheEngineForItsRuns) {
   EXPECT_EQ(engine.lookup_, &*f.lookup);
 }
 
+// A cancel that comes after a run's last iteration, before its comparison: the comparison
+// finishes and the run is reported, unless the caller asks a cancel to stop the comparisons too
+// (WorkflowRunsDone::cancelStopsComparisons, as the CLI does).
+TEST(Workflow, ACancelStopsTheComparisonsInProgressOnlyWhenAsked) {
+  auto cpu = makeCpuEngine(2);
+  const Matrix data = test::randomData(300, 3, 5);
+  WorkflowParams p;
+  p.kmeans.k = 4;
+  p.kmeans.maxIterations = 1;  // the first iteration is the last
+  for (const bool stops : {false, true}) {
+    SCOPED_TRACE(stops);
+    std::atomic<bool> cancel{false};
+    const WorkflowProgress progress = [&](int run, int, Mode, const IterationStats&) {
+      if (run == 1) cancel = true;
+    };
+    std::vector<int> order;
+    WorkflowRunsDone record;
+    record.reference = [&](const KMeansResult&) { order.push_back(-1); };
+    record.mode = [&](std::size_t m, ModeOutcome&) { order.push_back(int(m)); };
+    record.cancelStopsComparisons = stops;
+    if (stops) {
+      EXPECT_THROW(
+          runWorkflow(*cpu, data, {Mode::Fp32}, p, progress, &cancel, nullptr, nullptr, record),
+          Cancelled);
+      EXPECT_EQ(order, (std::vector<int>{-1}));
+    } else {
+      const WorkflowResult w =
+          runWorkflow(*cpu, data, {Mode::Fp32}, p, progress, &cancel, nullptr, nullptr, record);
+      EXPECT_EQ(order, (std::vector<int>{-1, 0}));
+      EXPECT_EQ(w.modes[0].result.iterations, 1);
+    }
+  }
+}
+
 TEST(Workflow, ReportsEachRunInOrderAsItCompletes) {
   const Matrix data = test::blobs(600, 3, 4, 0.05, 5, 0.1, 0.9, 3);
   WorkflowParams p;

@@ -270,9 +270,17 @@ TEST_F(GuiWindow, SelectingARowShowsThatModesLabelsMaskAndLegend) {
   // The legend: one row per reference cluster, with its size and this mode's disagreement.
   LegendWidget* legend = window_->legend();
   ASSERT_EQ(legend->rowCount(), 5);
+  // Each row's tooltip is the reference centre in the photo's units (R, G, B samples, pixels).
+  const Matrix raw = inRawUnits(o->reference->centroids, o->features->features.scales);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(legend->item(i, 1)->data(Qt::UserRole).toDouble(), double(c.clusterSize[i]));
     EXPECT_EQ(legend->item(i, 2)->data(Qt::UserRole).toDouble(), c.clusterDiffPercent[i]);
+    const double v[5] = {raw(i, 0), raw(i, 1), raw(i, 2), raw(i, 3), raw(i, 4)};
+    EXPECT_EQ(legend->item(i, 0)->toolTip(), centreText(v, false));
+    EXPECT_TRUE(legend->item(i, 0)->toolTip().startsWith(QStringLiteral("Centre: R ")));
+    EXPECT_TRUE(legend->item(i, 0)->toolTip().contains(QStringLiteral(" at column ")));
+    EXPECT_GE(raw(i, 3), 0.0);
+    EXPECT_LE(raw(i, 3), 59.0);
   }
 
   // Clicking another row in the table switches the views.

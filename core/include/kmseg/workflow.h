@@ -65,6 +65,11 @@ struct WorkflowRunsDone {
   /// callee may move the outcome away (runWorkflow does not read it again); the
   /// WorkflowResult returned then holds what the callee left.
   std::function<void(std::size_t m, ModeOutcome& outcome)> mode;
+  /// What a cancel does to the comparisons in progress. false: they finish, so that every run
+  /// completed before the cancel is reported (at large K the matching and the AMI take
+  /// seconds). true: they stop too (compareLabelings' cancel), and a run whose comparison had
+  /// not finished is not reported.
+  bool cancelStopsComparisons = false;
 };
 
 /// Throws InvalidArgument naming the parameter and its limit when `params` cannot run as a
