@@ -549,13 +549,21 @@ void checkNameLength(const fs::path& target, const fs::path& shown) {
 }
 
 // The file that writing `path` replaces: through a symbolic link, the file it names (rename
-// would replace the link itself); a dangling link resolves to itself and is replaced. Throws
-// IoError when that is a directory or not a regular file.
+// would replace the link itself), also when that file does not exist yet (a dangling link: the
+// file is created where the link points, as a shell's redirection would). Throws IoError when
+// that is a directory or not a regular file.
 fs::path writeTarget(const fs::path& path) {
   if (path.empty()) throw InvalidArgument("output path is empty");
   std::error_code ec;
   fs::path target = path;
-  if (fs::is_symlink(fs::symlink_status(path, ec))) target = fs::weakly_canonical(path, ec);
+  // Link by link, at most 40 (the kernel's limit, ELOOP beyond it): weakly_canonical resolves
+  // the links to files that exist, and leaves a dangling link as it is.
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
+    const fs::path link = fs::read_symlink(target, ec);
+    if (ec) break;
+    target = link.is_absolute() ? link : target.parent_path() / link;
+  }
+  if (target != path) target = fs::weakly_canonical(target, ec);
   if (ec) target = path;
   checkNameLength(target, path);
   // Renaming over a device, FIFO or socket would replace the node, not write to it.

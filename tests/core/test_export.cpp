@@ -435,8 +435,7 @@ TEST(ExportTest, AtomicWriteThroughSymlinkKeepsLink) {
 TEST(ExportTest, CheckSeesALinkToAFileWhereNoFileCanBeCreated) {
   // A link to a file on procfs (or in a read-only directory): the file could be written in
   // place, but not replaced through a temporary file beside it, so the check of a set of outputs
-  // must fail before the first file of the set is written, and name both paths. (A dangling
-  // link is replaced by the file, in the link's own directory.)
+  // must fail before the first file of the set is written, and name both paths.
   const fs::path dir = kmseg::test::freshTempDir("export-check-link");
   fs::create_symlink("/proc/version", dir / "proc.png");
   try {
@@ -455,6 +454,32 @@ TEST(ExportTest, CheckSeesALinkToAFileWhereNoFileCanBeCreated) {
   kmseg::checkOutputFile(dir / "ok.png");
   EXPECT_TRUE(entries(dir / "real").empty());
   EXPECT_EQ(entries(dir), (std::set<std::string>{"ok.png", "proc.png", "real"}));
+}
+
+// A dangling link: the file is created where it points (as a shell's `>` would), and the link
+// stays; where no file can be created there, the check fails first, naming both paths.
+TEST(ExportTest, AtomicWriteThroughADanglingLinkCreatesTheFileItNames) {
+  const fs::path dir = kmseg::test::freshTempDir("export-dangling-link");
+  fs::create_directory(dir / "real");
+  fs::create_symlink("real/new.txt", dir / "link.txt");
+  kmseg::checkOutputFile(dir / "link.txt");
+  kmseg::writeFileAtomic(dir / "link.txt", "made");
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir / "link.txt")));
+  EXPECT_EQ(slurp(dir / "real" / "new.txt"), "made");
+  fs::create_symlink("/nonexistent-kmseg-dir/sub/x.csv", dir / "nowhere.csv");
+  try {
+    kmseg::checkOutputFile(dir / "nowhere.csv");
+    ADD_FAILURE() << "no error for a link into a missing directory";
+  } catch (const kmseg::IoError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("it is a link to '/nonexistent-kmseg-dir/sub/x.csv'"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("no file can be created in '/nonexistent-kmseg-dir/sub'"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_THROW(kmseg::writeFileAtomic(dir / "nowhere.csv", "data"), kmseg::IoError);
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir / "nowhere.csv")));
 }
 
 TEST(ExportTest, AtomicWriteUnderFileOrMissingDirFails) {
