@@ -227,7 +227,8 @@ struct Lloyd {
     clT.resize(k * d);
     if constexpr (kBounded) {
       // The bound below needs (D + 2) u < 1 (fp32: D below 2^24 - 2); without it, no bounds.
-      bounded = params.useBounds && double(d + 2) * unitRoundoff(lowPrecision(params.mode)) < 1.0;
+      bounded =
+          params.useBounds && gammaDefined(int(d) + 2, unitRoundoff(lowPrecision(params.mode)));
       if (bounded) {
         upperOff.assign(n, INFINITY);
         lowerOff.assign(n, 0.0f);

@@ -44,7 +44,7 @@ struct EmulatedBounds {
   double rangeLimit = 0;                       ///< bounds hold while 4 (xx + cc) < rangeLimit
 
   /// Whether make(low, d, ...) gives valid bounds: gamma_d(u) needs d u < 1.
-  static bool applies(Precision low, int d) { return double(d) * unitRoundoff(low) < 1.0; }
+  static bool applies(Precision low, int d) { return gammaDefined(d, unitRoundoff(low)); }
 
   /// The bounds of the low-precision format `low` (Fp16 or Bf16) at dimension `d`. `factor` is
   /// the reliability test's factor in H and `uHigh` H's unit roundoff (0 for uniform modes).

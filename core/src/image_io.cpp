@@ -624,43 +624,17 @@ struct PngHeader {
   int storedChannels = 0;  ///< what stb_image's size check counts: 4 for a palette
 };
 
-// The IHDR of a PNG that starts with a valid one (the first chunk, with the values the PNG
-// specification allows), else nothing.
-std::optional<PngHeader> pngHeader(const Bytes& d) {
-  if (!startsWith(d, "\x89PNG\r\n\x1A\n") || d.size() < 33 || be32(d, 8) != 13 ||
-      std::memcmp(d.data() + 12, "IHDR", 4) != 0)
-    return std::nullopt;
-  PngHeader h;
-  h.width = be32(d, 16);
-  h.height = be32(d, 20);
-  const unsigned depth = d[24], colour = d[25];
-  if (h.width == 0 || h.height == 0 || h.width > 0x7FFFFFFF || h.height > 0x7FFFFFFF ||
-      (depth != 1 && depth != 2 && depth != 4 && depth != 8 && depth != 16) ||
-      (colour != 0 && colour != 2 && colour != 3 && colour != 4 && colour != 6) ||
-      (colour == 3 && depth == 16) || d[26] != 0 || d[27] != 0 || d[28] > 1)
-    return std::nullopt;
-  h.bitDepth = depth == 16 ? 16 : 8;
-  h.channels = (colour & 2 ? 3 : 1) + (colour & 4 ? 1 : 0);
-  h.storedChannels = h.channels;
-  if (colour == 3) {
-    h.channels = 3;
-    h.storedChannels = 4;
-    for (std::uint64_t pos = 33; pos + 8 <= d.size();) {
-      if (std::memcmp(d.data() + pos + 4, "IDAT", 4) == 0) break;
-      if (std::memcmp(d.data() + pos + 4, "tRNS", 4) == 0) h.channels = 4;
-      pos += 12 + std::uint64_t(be32(d, pos));
-    }
-  }
-  return h;
+// Whether `d` starts with the PNG signature and an IHDR chunk (whatever its values).
+bool hasPngIhdr(const Bytes& d) {
+  return startsWith(d, "\x89PNG\r\n\x1A\n") && d.size() >= 33 && be32(d, 8) == 13 &&
+         std::memcmp(d.data() + 12, "IHDR", 4) == 0;
 }
 
-// What is wrong with the IHDR of a file that starts with the PNG signature and an IHDR chunk
-// but that pngHeader refuses: the values the PNG specification does not allow, in words ("" when
-// the file is no such PNG, or its IHDR is valid).
+// What is wrong with the IHDR of a file that starts with the PNG signature and an IHDR chunk:
+// the values the PNG specification does not allow, in words ("" when the file is no such PNG,
+// or its IHDR is valid).
 std::string pngHeaderFault(const Bytes& d) {
-  if (!startsWith(d, "\x89PNG\r\n\x1A\n") || d.size() < 33 || be32(d, 8) != 13 ||
-      std::memcmp(d.data() + 12, "IHDR", 4) != 0)
-    return {};
+  if (!hasPngIhdr(d)) return {};
   const std::uint32_t width = be32(d, 16), height = be32(d, 20);
   const unsigned depth = d[24], colour = d[25];
   if (width == 0 || height == 0)
@@ -684,6 +658,29 @@ std::string pngHeaderFault(const Bytes& d) {
            std::to_string(d[27]) + " and interlace method " + std::to_string(d[28]) +
            ", where PNG defines 0, 0 and 0 or 1";
   return {};
+}
+
+// The IHDR of a PNG that starts with a valid one (the first chunk, with the values the PNG
+// specification allows: pngHeaderFault finds nothing), else nothing.
+std::optional<PngHeader> pngHeader(const Bytes& d) {
+  if (!hasPngIhdr(d) || !pngHeaderFault(d).empty()) return std::nullopt;
+  PngHeader h;
+  h.width = be32(d, 16);
+  h.height = be32(d, 20);
+  const unsigned depth = d[24], colour = d[25];
+  h.bitDepth = depth == 16 ? 16 : 8;
+  h.channels = (colour & 2 ? 3 : 1) + (colour & 4 ? 1 : 0);
+  h.storedChannels = h.channels;
+  if (colour == 3) {
+    h.channels = 3;
+    h.storedChannels = 4;
+    for (std::uint64_t pos = 33; pos + 8 <= d.size();) {
+      if (std::memcmp(d.data() + pos + 4, "IDAT", 4) == 0) break;
+      if (std::memcmp(d.data() + pos + 4, "tRNS", 4) == 0) h.channels = 4;
+      pos += 12 + std::uint64_t(be32(d, pos));
+    }
+  }
+  return h;
 }
 
 constexpr std::uint64_t kStbMaxSide = 1 << 24;

@@ -82,7 +82,8 @@ void validate(const KMeansParams& p, std::size_t n) {
 
 std::size_t maxReliableFeatures(Mode mode) {
   if (!hasFallback(mode)) return SIZE_MAX;
-  // u_low is a power of two, so 1 / u_low - 3 is exact.
+  // The largest D with gammaDefined(D + 2, u_low); u_low is a power of two, so 1 / u_low - 3 is
+  // exact.
   return std::size_t(1.0 / unitRoundoff(lowPrecision(mode))) - 3;
 }
 

@@ -888,6 +888,13 @@ TEST(Engine, AMixedModeRefusesMoreFeaturesThanItsReliabilityTestAllows) {
   EXPECT_EQ(maxReliableFeatures(Mode::Fp16Fp32), 2045u);
   EXPECT_EQ(maxReliableFeatures(Mode::Fp32Fp64), 16777213u);
   EXPECT_EQ(maxReliableFeatures(Mode::Bf16), SIZE_MAX);
+  // The limit is the last D at which gamma_{D+2} exists.
+  for (Mode m : {Mode::Bf16Fp32, Mode::Fp16Fp64, Mode::Fp32Fp64}) {
+    const int limit = int(maxReliableFeatures(m));
+    const double u = unitRoundoff(lowPrecision(m));
+    EXPECT_TRUE(gammaDefined(limit + 2, u)) << modeName(m);
+    EXPECT_FALSE(gammaDefined(limit + 3, u)) << modeName(m);
+  }
   auto engine = makeCpuEngine(2);
   KMeansParams p;
   p.k = 2;

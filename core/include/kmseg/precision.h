@@ -49,7 +49,12 @@ KMSEG_HOST_DEVICE constexpr double largestFinite(Precision p) {
   }
 }
 
-/// gamma_n = n u / (1 - n u) (Higham's constant). Requires n u < 1.
+/// Whether gamma_n(u) exists: n u < 1 (beyond, the formula below is infinite or negative).
+KMSEG_HOST_DEVICE constexpr bool gammaDefined(int n, double u) {
+  return double(n) * u < 1.0;
+}
+
+/// gamma_n = n u / (1 - n u) (Higham's constant). Requires n u < 1 (gammaDefined).
 KMSEG_HOST_DEVICE constexpr double gammaN(int n, double u) {
   return n * u / (1.0 - n * u);
 }
