@@ -153,6 +153,38 @@ std::string noCommand(int argc, char** argv, CLI::App& app) {
   return what + "; valid commands: " + valid + " (see 'kmseg --help')";
 }
 
+// An option's names as the help lists them: "-k/--clusters".
+std::string optionNames(const CLI::Option& option) {
+  std::string names;
+  for (const std::string& s : option.get_snames()) names += (names.empty() ? "-" : "/-") + s;
+  for (const std::string& l : option.get_lnames()) names += (names.empty() ? "--" : "/--") + l;
+  return names.empty() ? option.get_name() : names;
+}
+
+// The usage error for what CLI11 reports in its own words, in the command's words, or empty
+// (then CLI11's message stands):
+// - an option that takes one value, given more than once (CLI11: "At Most 1 required but
+//   received 2"): which one, and how often;
+// - a required argument reported missing while the command line holds an argument that looks
+//   like an option but is none (CLI11: "IMAGE is required" for `segment -photo.png`): that
+//   argument, as an unknown option, and how to pass a file whose name starts with '-'.
+std::string commandUsageError(const CLI::ParseError& e, CLI::App& command) {
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e))
+    for (const CLI::Option* option : command.get_options())
+      if (option->get_items_expected_max() == 1 && option->get_type_size_max() > 0 &&
+          option->count() > 1)
+        return command.get_name() + ": " + optionNames(*option) + " is given " +
+               std::to_string(option->count()) + " times: give it once (see 'kmseg " +
+               command.get_name() + " --help')";
+  if (dynamic_cast<const CLI::RequiredError*>(&e))
+    for (const std::string& arg : command.remaining(true))
+      if (arg.size() > 1 && arg[0] == '-')
+        return command.get_name() + ": unknown option '" + arg +
+               "'; a file name that starts with '-' goes after '--' (kmseg " + command.get_name() +
+               " [options] -- " + arg + ")";
+  return {};
+}
+
 // The exit code after the help or the version went to standard output: `code` (0), or 1 with
 // a line on stderr when it could not be written (a full disk, a closed stdout).
 int printedOrFailed(int code, const char* what) {
@@ -236,10 +268,14 @@ int main(int argc, char** argv) {
                    ofCommand ? " " : "");
     return 2;
   } catch (const CLI::ParseError& e) {
-    if (app.get_subcommands().empty())
+    if (app.get_subcommands().empty()) {
       std::fprintf(stderr, "kmseg: %s\n", noCommand(argc, argv, app).c_str());
-    else
+    } else if (const std::string own = commandUsageError(e, *app.get_subcommands().front());
+               !own.empty()) {
+      std::fprintf(stderr, "kmseg: %s\n", own.c_str());
+    } else {
       std::fprintf(stderr, "kmseg: %s (see 'kmseg --help')\n", e.what());
+    }
     return 2;
   }
   if (compare->parsed() && compare->count("--mode") > 0) {

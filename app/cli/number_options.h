@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -52,7 +53,8 @@ CLI::Validator wholeNumberIn(T min, T max, std::string limits = {}) {
 /// A CLI11 transform for a floating-point option: the value must be a decimal number as typed
 /// ("5", "-1", "1e-8", ".5"; "inf" and "nan" pass here and are refused by the option's own check,
 /// which names its limits). Refused, where CLI11 alone would accept or misread them: an empty
-/// value (CLI11 reads 0), hexadecimal ("0x10"), and spaces around the number. The text is
+/// value (CLI11 reads 0), hexadecimal ("0x10"), spaces around the number, and a number beyond
+/// double's range ("1e400", "1e-400"), named as typed. The text is
 /// rewritten in the shortest form that reads back as the same double.
 inline CLI::Validator realNumber() {
   return CLI::Validator(
@@ -67,10 +69,17 @@ inline CLI::Validator realNumber() {
         if (begin == end || hex || stop != end ||
             (ec != std::errc() && ec != std::errc::result_out_of_range))
           return "'" + text + "' is not a decimal number";
-        if (ec == std::errc::result_out_of_range)
-          // Beyond double's range: keep the text's sign and size, so the option's check refuses
-          // it (an overflow reads as infinity, an underflow as 0).
+        if (ec == std::errc::result_out_of_range) {
+          // Beyond double's range: refused with the text as typed, since infinity or 0 in the
+          // option's own message would name a value the user did not type. A value below the
+          // normal range that still reads as a nonzero (subnormal) double is taken.
           v = std::strtod(std::string(begin, end).c_str(), nullptr);
+          if (std::isinf(v))
+            return "'" + text + "' is too large for a double (at most about 1.8e308)";
+          if (v == 0)
+            return "'" + text + "' is too small for a double (at least about 4.9e-324 in size; " +
+                   "write 0 for zero)";
+        }
         char buf[64];
         const auto r = std::to_chars(buf, buf + sizeof buf, v);
         text.assign(buf, r.ptr);

@@ -205,6 +205,70 @@ std::string jpegHuffmanFault(const Bytes& d) {
   }
 }
 
+// What in a JPEG's first frame header (SOFn) the decoder refuses, in words, or empty: the
+// coding processes other than baseline and progressive Huffman (SOF0 to SOF2), samples of other
+// than 8 bits, a height of 0 (legal: a DNL marker after the first scan gives it, which the
+// decoder does not read), a width of 0 (corrupt) and component counts other than 1, 3 or 4.
+// stb_image's reasons for these are lost when its info call goes on to the other readers
+// ("unknown image type"). The walk follows the marker segments by their lengths up to the
+// first frame header; it stops, finding nothing, at a scan, the end of the image or anything
+// it cannot follow (the decoder's to report).
+std::string jpegFrameFault(const Bytes& d) {
+  const std::size_t n = d.size();
+  std::size_t pos = 2;  // after SOI
+  while (pos < n && d[pos] == 0xFF) {
+    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes
+    if (pos + 3 > n) return {};
+    const unsigned marker = d[pos];
+    const std::size_t start = pos - 1;
+    const std::size_t length = std::size_t(d[pos + 1]) << 8 | d[pos + 2];
+    const bool frame =
+        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (!frame) {
+      if (marker == 0xDA || marker == 0xD9 || marker == 0x00 || length < 2) return {};
+      if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
+        ++pos;  // no length field
+        continue;
+      }
+      pos += 1 + length;
+      continue;
+    }
+    const std::string where = " (frame header SOF" + std::to_string(marker - 0xC0) + " at byte " +
+                              std::to_string(start) + ")";
+    if (marker > 0xC2) {
+      const bool arithmetic = marker >= 0xC9;
+      const bool hierarchical = (marker & 7) >= 5;
+      const bool lossless = (marker & 3) == 3;
+      const std::string coding = std::string(hierarchical ? "hierarchical " : "") +
+                                 (lossless            ? "lossless"
+                                  : (marker & 3) == 2 ? "progressive"
+                                                      : "sequential") +
+                                 (arithmetic ? " arithmetic-coded" : " Huffman-coded");
+      return "its frame is " + coding + where +
+             ", which the decoder does not read: it reads baseline and progressive "
+             "Huffman-coded JPEG (SOF0, SOF1, SOF2)";
+    }
+    if (length < 8 || pos + 9 > n) return {};  // the decoder's to report
+    const unsigned precision = d[pos + 3];
+    const unsigned height = unsigned(d[pos + 4]) << 8 | d[pos + 5];
+    const unsigned width = unsigned(d[pos + 6]) << 8 | d[pos + 7];
+    const unsigned components = d[pos + 8];
+    if (precision != 8)
+      return "its frame has " + std::to_string(precision) + "-bit samples" + where +
+             ", which the decoder does not read: it reads 8-bit JPEG only";
+    if (height == 0)
+      return "its frame header declares height 0" + where +
+             ": the height follows in a DNL marker, which the decoder does not read";
+    if (width == 0)
+      return "its frame header declares width 0" + where + ", which JPEG does not allow";
+    if (components != 1 && components != 3 && components != 4)
+      return "its frame header declares " + std::to_string(components) + " components" + where +
+             ", where the decoder reads 1, 3 or 4";
+    return {};
+  }
+  return {};
+}
+
 // Walks a PNG's chunks up to a complete IEND chunk (length, type, data and CRC present).
 Structure pngStructure(const Bytes& d) {
   const std::uint64_t n = d.size();
@@ -660,6 +724,37 @@ std::string pngHeaderFault(const Bytes& d) {
   return {};
 }
 
+// A palette PNG (colour type 3) without a PLTE chunk before its image data, in words, else
+// empty. The chunks are followed by their lengths up to the first IDAT.
+std::string pngPaletteFault(const Bytes& d) {
+  if (!hasPngIhdr(d) || d[25] != 3) return {};
+  for (std::uint64_t pos = 33; pos + 8 <= d.size();) {
+    if (std::memcmp(d.data() + pos + 4, "PLTE", 4) == 0) return {};
+    if (std::memcmp(d.data() + pos + 4, "IDAT", 4) == 0)
+      return "its PNG header declares a palette image (colour type 3), but no PLTE chunk comes "
+             "before its image data (IDAT at byte " +
+             std::to_string(pos) + ")";
+    pos += 12 + std::uint64_t(be32(d, pos));
+  }
+  return {};
+}
+
+// What a file without any other format's signature, read as a TGA (the format without one),
+// declares that the decoder refuses, or empty: a width or height of 0 in a header that is
+// otherwise a TGA's as stb_image reads it (colour-map type 0 or 1, an image type it reads with
+// that map). stb_image's TGA reader refuses it without a reason.
+std::string tgaHeaderFault(const Bytes& d) {
+  if (d.size() < 18) return {};
+  const unsigned mapType = d[1], type = d[2];
+  if (mapType > 1) return {};
+  if (mapType == 1 ? type != 1 && type != 9 : type != 2 && type != 3 && type != 10 && type != 11)
+    return {};
+  const std::uint32_t width = le16(d, 12), height = le16(d, 14);
+  if (width > 0 && height > 0) return {};
+  return "read as a TGA (the file has no other format's signature), its header declares " +
+         std::to_string(width) + " x " + std::to_string(height) + " pixels";
+}
+
 // The IHDR of a PNG that starts with a valid one (the first chunk, with the values the PNG
 // specification allows: pngHeaderFault finds nothing), else nothing.
 std::optional<PngHeader> pngHeader(const Bytes& d) {
@@ -745,9 +840,15 @@ ImageInfo readInfo(const Bytes& d, const fs::path& path) {
       info.format = "png";
       return info;
     }
-    if (const std::string fault = pngHeaderFault(d); !fault.empty())
-      throw IoError("cannot decode image file " + quoted(path) + ": " + fault +
+    std::string corrupt = pngHeaderFault(d);
+    if (corrupt.empty()) corrupt = pngPaletteFault(d);
+    if (corrupt.empty() && formatName(d) == "tga") corrupt = tgaHeaderFault(d);
+    if (!corrupt.empty())
+      throw IoError("cannot decode image file " + quoted(path) + ": " + corrupt +
                     " (the file is corrupt)");
+    if (startsWith(d, "\xFF\xD8"))
+      if (const std::string fault = jpegFrameFault(d); !fault.empty())
+        throw IoError("cannot decode image file " + quoted(path) + ": " + fault);
     throw IoError("cannot decode image file " + quoted(path) +
                   ": not an image in a supported format (stb_image: " + stbReason() +
                   "); supported are JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PIC and PNM");

@@ -804,7 +804,13 @@ INSTANTIATE_TEST_SUITE_P(
                 "[1, 18446744073709551615]"},
         BadCase{"rhoinf", "segment samples/coffee.png --rho inf", 2, "rho = inf",
                 "rho must be > 2 and finite"},
-        BadCase{"rhohuge", "segment samples/coffee.png --rho 1e400", 2, "rho"},
+        BadCase{"rhohuge", "segment samples/coffee.png --rho 1e400", 2, "--rho",
+                "'1e400' is too large for a double"},
+        BadCase{"toltiny", "segment samples/coffee.png --tol 1e-400", 2, "--tol",
+                "'1e-400' is too small for a double (at least about 4.9e-324 in size; write 0 "
+                "for zero)"},
+        BadCase{"weighthugeneg", "segment samples/coffee.png --spatial-weight -1e999", 2,
+                "--spatial-weight", "'-1e999' is too large for a double"},
         // A float option's value is a decimal number as typed: CLI11 alone reads '' as 0 and
         // takes hexadecimal.
         BadCase{"tolempty", "segment samples/coffee.png --tol ''", 2, "--tol",
@@ -848,7 +854,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"distancepoints", "bench distances --points 70000", 2, "--points 70000",
                 "[1, 65536]"},
         BadCase{"dimzero", "bench distances --dim 0", 2, "--dim", "must be at least 1"},
-        BadCase{"comparemode", "compare samples/coffee.png -m fp32", 2, "compare takes --modes"}),
+        BadCase{"comparemode", "compare samples/coffee.png -m fp32", 2, "compare takes --modes"},
+        // CLI11's own wording ("IMAGE is required", "At Most 1 required but received 2") is
+        // replaced by what went wrong.
+        BadCase{"dashimage", "segment -dash.png", 2, "segment: unknown option '-dash.png'",
+                "a file name that starts with '-' goes after '--' (kmseg segment [options] -- "
+                "-dash.png)"},
+        BadCase{"repeatedtol", "segment samples/coffee.png --tol 1 --tol 2", 2,
+                "segment: --tol is given 2 times: give it once", "kmseg segment --help"},
+        BadCase{"repeatedk", "compare samples/coffee.png -k 3 -k 4 -k 5", 2,
+                "compare: -k/--clusters is given 3 times: give it once"},
+        BadCase{"benchrepeated", "bench blobs --dim 2 --dim 3", 2,
+                "bench: --dim is given 2 times: give it once"}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -651,6 +651,83 @@ TEST(ImageIoError, InvalidPngHeaderIsNamed) {
   }
 }
 
+// A JPEG frame header the decoder does not read is named, with what it declares, instead of
+// stb_image's "unknown image type" (its last reader's failure); probing says the same.
+TEST(ImageIoError, UnreadableJpegFrameIsNamed) {
+  const fs::path dir = freshTempDir("image-io-jpeg-frame");
+  const std::vector<char> jpeg = readBytes(sourcePath("samples/grace_hopper.jpg"));
+  std::size_t sof = 0;
+  for (std::size_t i = 2; i + 1 < jpeg.size() && sof == 0; ++i)
+    if (jpeg[i] == '\xFF' && (jpeg[i + 1] == '\xC0' || jpeg[i + 1] == '\xC2')) sof = i;
+  ASSERT_GT(sof, 0u);
+  const std::string at = " at byte " + std::to_string(sof) + ")";
+  struct Case {
+    std::size_t offset;  // from the marker's 0xFF
+    char value;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {1, '\xC3',
+       "its frame is lossless Huffman-coded (frame header SOF3" + at +
+           ", which the decoder does not read"},
+      {1, '\xC9', "its frame is sequential arithmetic-coded (frame header SOF9" + at},
+      {1, '\xCE', "its frame is hierarchical progressive arithmetic-coded (frame header SOF14"},
+      {4, 12, "its frame has 12-bit samples (frame header SOF"},
+      {6, 0, "its frame header declares height 0 (frame header SOF"},
+      {8, 0, "its frame header declares width 0 (frame header SOF"},
+      {9, 2, "its frame header declares 2 components (frame header SOF"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    std::vector<char> bytes = jpeg;
+    bytes[sof + c.offset] = c.value;
+    if (c.offset == 6 || c.offset == 8) bytes[sof + c.offset - 1] = 0;  // both bytes of a side
+    const fs::path path = writeBytes(dir / ("f" + std::to_string(n++) + ".jpg"), bytes);
+    const std::string message = messageOf<IoError>(path);
+    EXPECT_NE(message.find("cannot decode image file '" + path.string() + "': " + c.expected),
+              std::string::npos)
+        << message;
+    try {
+      kmseg::probeImage(path);
+      ADD_FAILURE() << path << " probed";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A palette PNG without its palette, and a TGA header of no pixels, are named as corrupt.
+TEST(ImageIoError, MissingPaletteAndEmptyTgaAreNamed) {
+  const fs::path dir = freshTempDir("image-io-palette-tga");
+  const fs::path png = pngHeaderOnly(dir / "nopalette.png", 4, 4, 3);
+  std::vector<char> bytes = readBytes(png);
+  for (const char* chunk : {"IDAT", "IEND"}) {
+    for (int k = 0; k < 4; ++k) bytes.push_back(0);  // length
+    bytes.insert(bytes.end(), chunk, chunk + 4);
+    for (int k = 0; k < 4; ++k) bytes.push_back(0);  // CRC
+  }
+  writeBytes(png, bytes);
+  std::string message = messageOf<IoError>(png);
+  EXPECT_NE(message.find("'" + png.string() +
+                         "': its PNG header declares a palette image (colour type 3), but no "
+                         "PLTE chunk comes before its image data (IDAT at byte 33) (the file is "
+                         "corrupt)"),
+            std::string::npos)
+      << message;
+
+  for (const auto [width, height] : {std::pair{0, 3}, std::pair{4, 0}}) {
+    const std::string size = std::to_string(width) + " x " + std::to_string(height);
+    const fs::path tga = writeBytes(dir / (size + ".tga"), tgaBytes(width, height, false));
+    message = messageOf<IoError>(tga);
+    EXPECT_NE(message.find("'" + tga.string() +
+                           "': read as a TGA (the file has no other format's "
+                           "signature), its header declares " +
+                           size + " pixels (the file is corrupt)"),
+              std::string::npos)
+        << message;
+  }
+}
+
 // The decoder's limits beyond the pixel limit name themselves, before any pixel is decoded:
 // 2^24 pixels a side in every format, and the bytes a reader decodes into (a GIF's 4 a pixel).
 TEST(ImageIoError, BeyondTheDecodersLimits) {
