@@ -21,6 +21,7 @@ struct FailingGpuState {
   int destroyed = 0;
   std::vector<const Matrix*> kept;  // each keepData's matrix, null for a release
   std::function<void()> fail;       // throws what the run throws
+  int iterationsBeforeFailure = 0;  // progress reported before the run fails (a fault part-way)
 };
 
 inline FailingGpuState& failingGpuState() {
@@ -32,8 +33,15 @@ class FailingGpu final : public KMeansEngine {
  public:
   ~FailingGpu() override { ++failingGpuState().destroyed; }
   std::string description() const override { return "stand-in GPU"; }
-  KMeansResult run(const Matrix&, const Matrix&, const KMeansParams&, const RunControl&) override {
+  KMeansResult run(const Matrix&, const Matrix&, const KMeansParams&,
+                   const RunControl& control) override {
     ++failingGpuState().runs;
+    for (int i = 1; i <= failingGpuState().iterationsBeforeFailure && control.progress; ++i) {
+      IterationStats s;
+      s.iteration = i;
+      s.changed = 1000 / i;
+      control.progress(s);
+    }
     failingGpuState().fail();
     return {};
   }

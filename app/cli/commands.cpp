@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "commands.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -41,6 +42,20 @@ std::string secondsText(double seconds) {
                                         : 6;
   std::snprintf(buf, sizeof buf, "%.*f", decimals, seconds);
   return buf;
+}
+
+std::string BackendNotes::restarted(const std::string& run, const std::string& note) {
+  restarted_.push_back(run);
+  return "kmseg: " + run + ": " + note;
+}
+
+std::string BackendNotes::row(const std::string& run, const std::string& note) {
+  const bool repeated = note == last_;
+  last_ = note;
+  if (note.empty() || repeated ||
+      std::find(restarted_.begin(), restarted_.end(), run) != restarted_.end())
+    return {};
+  return "kmseg: " + run + ": " + note;
 }
 
 std::vector<Mode> parseModeList(const std::vector<std::string>& names) {
@@ -279,15 +294,21 @@ void runCommand(const std::string& command, const Options& o) {
   };
   WorkflowRunsDone printRows;
   printRows.started = printHeader;
-  // A run that Auto's GPU engine could not do says so once, as it comes (the runs after a GPU
-  // failure repeat the same note, which is printed once).
-  std::string lastNote;
+  // A run that Auto's GPU engine could not do says so once (BackendNotes).
+  BackendNotes notes;
+  printRows.restarted = [&](int run, Mode mode, const std::string& note) {
+    const std::lock_guard lock(terminal);
+    clearProgress();
+    const std::string line =
+        notes.restarted(run == 0 ? "reference" : std::string(modeName(mode)), note);
+    if (!o.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+    lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  };
   auto printRow = [&](const std::string& name, const KMeansResult& r, const Comparison* c) {
     const std::lock_guard lock(terminal);
     clearProgress();
-    if (!r.backendNote.empty() && r.backendNote != lastNote && !o.quiet)
-      std::fprintf(stderr, "kmseg: %s: %s\n", name.c_str(), r.backendNote.c_str());
-    lastNote = r.backendNote;
+    if (const std::string line = notes.row(name, r.backendNote); !line.empty() && !o.quiet)
+      std::fprintf(stderr, "%s\n", line.c_str());
     std::printf("%s\n", formatRow(name.c_str(), r, c).c_str());
     flushTable();
     lastDraw = std::chrono::steady_clock::now() - std::chrono::seconds(1);

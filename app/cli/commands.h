@@ -40,6 +40,23 @@ struct Options {
 /// runs stop the same way and StdoutClosed is thrown instead, before any output is written.
 void runCommand(const std::string& command, const Options& options);
 
+/// The lines on stderr that say which runs of a command Auto's GPU engine did not do, each
+/// once, as it comes: a run the GPU gave up part-way as it starts again on the CPU (the progress
+/// line then starts again at iteration 1); any other note with the run's row, unless it repeats
+/// the row before's (the runs after a GPU failure all say "an earlier GPU run failed") or the
+/// run said it as it started again.
+class BackendNotes {
+ public:
+  /// The line for run `run` ("reference" or a mode's name) starting again on another backend.
+  std::string restarted(const std::string& run, const std::string& note);
+  /// The line for run `run`'s row with its result's backendNote `note`, or empty for none.
+  std::string row(const std::string& run, const std::string& note);
+
+ private:
+  std::string last_;                    ///< the note of the row before
+  std::vector<std::string> restarted_;  ///< runs that said so as they started again
+};
+
 /// Standard output's reader went away during the runs (EPIPE): they stopped, nothing was written.
 class StdoutClosed : public Cancelled {};
 

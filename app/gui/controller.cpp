@@ -213,6 +213,17 @@ void runJob(QPromise<RunEvent>& promise, int id, std::shared_ptr<const LoadedIma
         o.referenceSizes = sizes;
       });
     };
+    runsDone.restarted = [&](int run, Mode mode, const std::string& note) {
+      RunEvent ev;
+      ev.progress.job = id;
+      ev.progress.run = run;
+      ev.progress.runCount = 1 + int(modes.size());
+      ev.progress.name = run == 0 ? Controller::tr("fp64 reference") : qs(modeName(mode));
+      ev.progress.maxIterations = maxIterations;
+      ev.progress.restartNote = QString::fromStdString(note);
+      ev.progress.engine = QString::fromStdString(choice.engine->description());
+      promise.addResult(std::move(ev));
+    };
     runsDone.mode = [&](std::size_t, ModeOutcome& m) {
       addRow([&](RunOutcome& o) {
         o.finished.push_back(std::make_shared<const ModeOutcome>(std::move(m)));
@@ -443,6 +454,9 @@ void Controller::onRunResult(int id, int index) {
   if (it == jobs_.end() || id != lastJob_ || it->second->cancel->load()) return;
   const RunEvent ev = it->second->watcher->resultAt(index);
   if (ev.kind == RunEvent::Kind::Progress) {
+    // A run that starts again elsewhere: the status line names the backend that takes it now.
+    if (!ev.progress.restartNote.isEmpty())
+      emit backendChanged(ev.progress.engine, ev.progress.restartNote);
     emit progressed(ev.progress);
   } else if (ev.kind == RunEvent::Kind::Rows) {
     outcome_ = ev.outcome;

@@ -96,6 +96,11 @@ struct RunProgress {
   int maxIterations = 0;
   qint64 changed = 0;            ///< labels changed in this iteration
   double fallbackPercent = 0.0;  ///< fallbacks / distance evaluations in this iteration, in %
+  /// Not empty when the run, given up part-way by the engine, starts again on another backend
+  /// (Auto's CPU after a GPU failure): why, in words. The iteration fields are then 0, and
+  /// `engine` names the backend that takes the run.
+  QString restartNote;
+  QString engine;
 };
 
 /// Coordinates image loading, background runs, results and exports. Lives in, and is called

@@ -427,6 +427,12 @@ void MainWindow::onProgress(const RunProgress& p) {
   model_->setActiveRun(p.job, p.run);
   const int maxIter = std::max(1, p.maxIterations);
   progressBar_->setRange(0, p.runCount * kProgressSteps);
+  if (!p.restartNote.isEmpty()) {
+    progressBar_->setValue(p.run * kProgressSteps);
+    progressLabel_->setText(
+        tr("[%1/%2] %3 · %4").arg(p.run + 1).arg(p.runCount).arg(p.name, p.restartNote));
+    return;
+  }
   progressBar_->setValue(p.run * kProgressSteps +
                          int(qint64(kProgressSteps) * std::min(p.iteration, maxIter) / maxIter));
   progressLabel_->setText(tr("[%1/%2] %3 · iteration %4 · changed %5 · fallback %6 %")

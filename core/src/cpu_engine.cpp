@@ -1061,7 +1061,8 @@ std::string beyondGpuLimits(const GpuRegistration& reg, int k, std::size_t d, st
 //   the CPU, and so is every later run of this engine: a device fault leaves the GPU engine
 //   unusable, and data that did not fit would not fit again. The GPU engine is released at the
 //   switch, with whatever device memory it kept.
-// Each such result says why in its backendNote.
+// Each such result says why in its backendNote; a run done again is announced when it starts
+// again (RunControl::restarted).
 class AutoEngine final : public KMeansEngine {
  public:
   AutoEngine(std::unique_ptr<KMeansEngine> gpu, const GpuRegistration& limits, int threads)
@@ -1074,6 +1075,7 @@ class AutoEngine final : public KMeansEngine {
   KMeansResult run(const Matrix& data, const Matrix& initialCentres, const KMeansParams& params,
                    const RunControl& control) override {
     std::string note = failure_;
+    std::string failed;  // why this run's GPU attempt failed, when it did
     if (gpu_) {
       const std::string beyond = beyondGpuLimits(limits_, params.k, data.cols, data.rows);
       if (beyond.empty()) {
@@ -1082,7 +1084,8 @@ class AutoEngine final : public KMeansEngine {
         } catch (const BackendError& e) {
           // Anything else (bad input, a cancel, host memory) is the caller's to see as it is.
           failure_ = std::string("on the CPU: an earlier GPU run failed (") + e.what() + ")";
-          note = std::string("the GPU run failed (") + e.what() + "); it ran on the CPU instead";
+          failed = std::string("the GPU run failed (") + e.what() + ")";
+          note = failed + "; it ran on the CPU instead";
           gpu_.reset();  // its destructor releases the device memory and reports no error
         }
       } else {
@@ -1093,6 +1096,8 @@ class AutoEngine final : public KMeansEngine {
       cpu_ = makeCpuEngine(threads_);
       cpu_->keepData(kept_);
     }
+    if (!failed.empty() && control.restarted)
+      control.restarted(failed + "; it runs again on the CPU, from iteration 1");
     KMeansResult r = cpu_->run(data, initialCentres, params, control);
     r.backendNote = note;
     return r;

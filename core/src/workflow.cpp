@@ -74,6 +74,8 @@ WorkflowResult runWorkflow(KMeansEngine& engine, const Matrix& features,
     control.cancel = cancel;
     if (progress)
       control.progress = [&](const IterationStats& s) { progress(run, runCount, mode, s); };
+    if (runsDone.restarted)
+      control.restarted = [&](const std::string& note) { runsDone.restarted(run, mode, note); };
     return engine.run(features, initial, p, control);
   };
 

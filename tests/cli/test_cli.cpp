@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "kmseg/engine.h"
 #include "kmseg/experiments.h"
 #include "kmseg/export.h"
@@ -867,6 +868,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"benchrepeated", "bench blobs --dim 2 --dim 3", 2,
                 "bench: --dim is given 2 times: give it once"}),
     [](const auto& info) { return info.param.name; });
+
+// Which runs Auto's GPU engine did not do is said once each, as it comes: the run the GPU gave
+// up part-way as it starts again (not again with its row), then each different note with its
+// row. The command's runs cannot fail on a GPU here (there is none), so the rule is tested on
+// its own; the engine's and the workflow's parts are tested in the core.
+TEST(CliBackendNotes, EachNoteOnceAsItComes) {
+  kmseg::cli::BackendNotes notes;
+  EXPECT_EQ(notes.restarted("reference", "the GPU run failed (X); it runs again on the CPU"),
+            "kmseg: reference: the GPU run failed (X); it runs again on the CPU");
+  EXPECT_EQ(notes.row("reference", "the GPU run failed (X); it ran on the CPU instead"), "");
+  EXPECT_EQ(notes.row("fp32", "on the CPU: an earlier GPU run failed (X)"),
+            "kmseg: fp32: on the CPU: an earlier GPU run failed (X)");
+  EXPECT_EQ(notes.row("fp16", "on the CPU: an earlier GPU run failed (X)"), "");
+  EXPECT_EQ(notes.row("bf16", ""), "");
+  EXPECT_EQ(notes.row("fp64", "on the CPU: K = 2000 is beyond the GPU engine's 1024"),
+            "kmseg: fp64: on the CPU: K = 2000 is beyond the GPU engine's 1024");
+
+  // Without a restart, the first row's note is said with its row.
+  kmseg::cli::BackendNotes fresh;
+  EXPECT_EQ(fresh.row("reference", "the GPU run failed (Y); it ran on the CPU instead"),
+            "kmseg: reference: the GPU run failed (Y); it ran on the CPU instead");
+}
 
 }  // namespace
 }  // namespace kmseg

@@ -978,11 +978,28 @@ TEST(Engine, AutoRunsAFailedGpuRunAgainOnTheCpu) {
   KMeansParams p;
   p.k = 3;
   p.mode = Mode::Fp16Fp32;
+  // The GPU fails after two iterations: the run says so as it starts again on the CPU, whose
+  // progress starts again at iteration 1.
+  failingGpuState().iterationsBeforeFailure = 2;
+  std::vector<std::string> heard;
+  RunControl control;
+  control.progress = [&](const IterationStats& s) {
+    heard.push_back("iteration " + std::to_string(s.iteration));
+  };
+  control.restarted = [&](const std::string& note) { heard.push_back(note); };
   KMeansResult first;
   {
     const KeptData kept(*choice.engine, data);
-    first = choice.engine->run(data, init, p);
+    first = choice.engine->run(data, init, p, control);
   }
+  ASSERT_GE(heard.size(), 4u);
+  EXPECT_EQ(
+      std::vector<std::string>(heard.begin(), heard.begin() + 4),
+      (std::vector<std::string>{"iteration 1", "iteration 2",
+                                "the GPU run failed (CUDA: cannot allocate 4096 bytes for the "
+                                "labels); it runs again on the CPU, from iteration 1",
+                                "iteration 1"}));
+  EXPECT_EQ(heard.size(), std::size_t(3 + first.iterations));
   EXPECT_EQ(failingGpuState().runs, 1);
   // Told to keep the data; at the failure it was destroyed (with the device memory it held).
   EXPECT_EQ(failingGpuState().kept, (std::vector<const Matrix*>{&data}));
@@ -998,10 +1015,12 @@ TEST(Engine, AutoRunsAFailedGpuRunAgainOnTheCpu) {
   EXPECT_EQ(first.fallbacks, cpu.fallbacks);
   EXPECT_EQ(first.iterations, cpu.iterations);
 
-  // The next run does not try the failed GPU engine again.
+  // The next run does not try the failed GPU engine again, so it does not start again either.
   p.mode = Mode::Fp32;
-  const KMeansResult second = choice.engine->run(data, init, p);
+  heard.clear();
+  const KMeansResult second = choice.engine->run(data, init, p, control);
   EXPECT_EQ(failingGpuState().runs, 1);
+  EXPECT_EQ(heard.size(), std::size_t(second.iterations));
   EXPECT_EQ(second.backendNote,
             "on the CPU: an earlier GPU run failed (CUDA: cannot allocate 4096 bytes for the "
             "labels)");
@@ -1016,7 +1035,17 @@ TEST(Engine, AutoWorkflowFinishesOnTheCpuAfterAGpuFailure) {
   WorkflowParams p;
   p.kmeans.k = 4;
   const std::vector<Mode> modes = {Mode::Fp32, Mode::Bf16Fp64};
-  const WorkflowResult gpu = runWorkflow(*makeEngine(Backend::Auto, 1).engine, data, modes, p);
+  std::vector<std::string> restarts;
+  WorkflowRunsDone runsDone;
+  runsDone.restarted = [&](int run, Mode mode, const std::string& note) {
+    restarts.push_back(std::to_string(run) + " " + std::string(modeName(mode)) + ": " + note);
+  };
+  const WorkflowResult gpu = runWorkflow(*makeEngine(Backend::Auto, 1).engine, data, modes, p, {},
+                                         nullptr, nullptr, nullptr, runsDone);
+  // Only the run the GPU failed in starts again; the others go to the CPU from the start.
+  EXPECT_EQ(restarts, (std::vector<std::string>{"0 fp64: the GPU run failed (CUDA error in the "
+                                                "assignment); it runs again on the CPU, from "
+                                                "iteration 1"}));
   const WorkflowResult cpu = runWorkflow(*makeCpuEngine(1), data, modes, p);
   EXPECT_EQ(failingGpuState().runs, 1);
   EXPECT_EQ(gpu.engine, "stand-in GPU");  // the engine the workflow was given

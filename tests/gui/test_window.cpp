@@ -1281,8 +1281,39 @@ TEST_F(GuiWindow, AutoFinishesOnTheCpuWhenTheGpuFails) {
   open(path);
   GuiParams p = fastParams(3, 6);
   p.backend = Backend::Auto;
+  // The GPU fails after two iterations of the reference: the status line says so as the run
+  // starts again on the CPU, and its progress starts again at iteration 1.
+  kmseg::test::failingGpuState().iterationsBeforeFailure = 2;
+  QStringList heard;
+  const auto* progressLabel = window_->findChild<QLabel*>(QStringLiteral("progressLabel"));
+  ASSERT_TRUE(progressLabel);
+  const QMetaObject::Connection onBackend =
+      QObject::connect(controller(), &Controller::backendChanged,
+                       [&](const QString& description, const QString& note) {
+                         heard << description + " | " + note;
+                       });
+  const QMetaObject::Connection onProgress =
+      QObject::connect(controller(), &Controller::progressed, [&](const RunProgress& rp) {
+        if (rp.run != 0) return;
+        heard << (rp.restartNote.isEmpty() ? QStringLiteral("iteration %1").arg(rp.iteration)
+                                           : QStringLiteral("status: ") + progressLabel->text());
+      });
   QSignalSpy failed(controller(), &Controller::runFailed);
   runAndWait(p, true);
+  QObject::disconnect(onBackend);
+  QObject::disconnect(onProgress);
+  const QString restart = QStringLiteral(
+      "the GPU run failed (CUDA: cannot allocate 4096 bytes for the labels: out of memory); it "
+      "runs again on the CPU, from iteration 1");
+  const qsizetype at = heard.indexOf(QStringLiteral("iteration 2"));
+  ASSERT_GE(at, 1) << heard.join(QStringLiteral("\n")).toStdString();
+  ASSERT_GE(heard.size(), at + 4) << heard.join(QStringLiteral("\n")).toStdString();
+  EXPECT_EQ(heard[at - 1], QStringLiteral("iteration 1"));
+  EXPECT_TRUE(heard[at + 1].startsWith(QStringLiteral("CPU (")) &&
+              heard[at + 1].endsWith(QStringLiteral(" | ") + restart))
+      << heard[at + 1].toStdString();
+  EXPECT_EQ(heard[at + 2], QStringLiteral("status: [1/10] fp64 reference · ") + restart);
+  EXPECT_EQ(heard[at + 3], QStringLiteral("iteration 1"));
   EXPECT_EQ(failed.count(), 0);
   EXPECT_FALSE(errorBox());
   const auto outcome = controller()->outcome();

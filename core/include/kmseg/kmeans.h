@@ -106,10 +106,14 @@ struct IterationStats {
 using ProgressFn = std::function<void(const IterationStats&)>;
 
 /// Progress reporting and cooperative cancellation for a run. `cancel` is polled once per
-/// iteration; when it reads true the run throws Cancelled.
+/// iteration; when it reads true the run throws Cancelled. `restarted`, when set, hears that the
+/// engine gave up the run part-way and starts it again on another backend (Auto's CPU after a
+/// GPU failure), with why, in words; the progress that follows starts again at iteration 1.
+/// Called from the thread that calls run().
 struct RunControl {
   ProgressFn progress;
   const std::atomic<bool>* cancel = nullptr;
+  std::function<void(const std::string& note)> restarted;
   bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
 };
 

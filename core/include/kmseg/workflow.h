@@ -65,6 +65,10 @@ struct WorkflowRunsDone {
   /// callee may move the outcome away (runWorkflow does not read it again); the
   /// WorkflowResult returned then holds what the callee left.
   std::function<void(std::size_t m, ModeOutcome& outcome)> mode;
+  /// Run `run` (0 = the reference, then 1..modes) in `mode` was given up part-way by the engine
+  /// and starts again on another backend (RunControl::restarted), with why: its progress starts
+  /// again at iteration 1. Called on the thread that runs the workflow.
+  std::function<void(int run, Mode mode, const std::string& note)> restarted;
   /// What a cancel does to the comparisons in progress. false: they finish, so that every run
   /// completed before the cancel is reported (at large K the matching and the AMI take
   /// seconds). true: they stop too (compareLabelings' cancel), and a run whose comparison had
