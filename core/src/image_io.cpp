@@ -904,6 +904,86 @@ std::vector<T> decode(const Bytes& d, const ImageInfo& info, const fs::path& pat
   return std::vector<T>(pixels.get(), pixels.get() + count);
 }
 
+// Where a palette PNG's one PLTE chunk lies, and its colours.
+struct PngPalette {
+  std::size_t chunk = 0;           ///< offset of the PLTE chunk (its length field)
+  std::size_t length = 0;          ///< its data's length in bytes
+  std::vector<unsigned char> rgb;  ///< 3 bytes per entry
+};
+
+// The palette of a complete PNG (pngStructure) with a valid header of colour type 3, or nothing
+// for any other PNG, or one whose PLTE chunk stb_image itself refuses (no PLTE, a length that is
+// no multiple of 3 or over 256 entries: its reasons stand). Throws IoError naming the file for
+// what PNG forbids and stb_image would not notice once decodePalettePng gives it 256 entries:
+// more than one PLTE chunk, a PLTE chunk after the image data, a tRNS chunk with more entries
+// than the palette.
+std::optional<PngPalette> pngPalette(const Bytes& d, const fs::path& path) {
+  if (!hasPngIhdr(d) || !pngHeaderFault(d).empty() || d[25] != 3) return std::nullopt;
+  const auto corrupt = [&](const std::string& what) {
+    return IoError("cannot decode image file " + quoted(path) + ": " + what +
+                   " (the file is corrupt)");
+  };
+  std::optional<PngPalette> palette;
+  bool data = false;
+  for (std::size_t pos = 33; pos + 12 <= d.size();) {
+    const std::size_t length = be32(d, pos);
+    const unsigned char* type = d.data() + pos + 4;
+    if (std::memcmp(type, "IEND", 4) == 0 || length > d.size() - pos - 12) break;
+    if (std::memcmp(type, "IDAT", 4) == 0) data = true;
+    if (std::memcmp(type, "PLTE", 4) == 0) {
+      if (palette)
+        throw corrupt("it has a second PLTE chunk (at byte " + std::to_string(pos) +
+                      "), where PNG allows one");
+      if (data)
+        throw corrupt("its PLTE chunk (at byte " + std::to_string(pos) +
+                      ") comes after its image data, where PNG puts it before");
+      if (length == 0 || length % 3 != 0 || length > 768) return std::nullopt;
+      palette = PngPalette{
+          pos,
+          length,
+          {d.begin() + std::ptrdiff_t(pos + 8), d.begin() + std::ptrdiff_t(pos + 8 + length)}};
+    }
+    if (std::memcmp(type, "tRNS", 4) == 0 && palette && length > palette->length / 3)
+      throw corrupt("its tRNS chunk (at byte " + std::to_string(pos) + ") has " +
+                    std::to_string(length) + " entries, more than its palette's " +
+                    std::to_string(palette->length / 3));
+    pos += 12 + length;
+  }
+  return palette;
+}
+
+// A palette PNG's pixels. stb_image expands each index through a 256-entry array of which it
+// sets only the PLTE chunk's entries, so an index past the palette (which PNG forbids) would
+// take whatever that array held, a different colour from one run to the next, without an error.
+// So the file is decoded with its PLTE chunk replaced by 256 entries (i, i, i), which gives each
+// pixel's index; each index is checked against the file's palette (an index past it is refused,
+// with the pixel) and mapped through it here.
+std::vector<std::uint8_t> decodePalettePng(const Bytes& d, const PngPalette& palette,
+                                           const ImageInfo& info, const fs::path& path) {
+  Bytes identity(d.begin(), d.begin() + std::ptrdiff_t(palette.chunk));
+  for (const unsigned char b : {0, 0, 3, 0}) identity.push_back(b);  // 768 bytes
+  identity.insert(identity.end(), {'P', 'L', 'T', 'E'});
+  for (int i = 0; i < 256; ++i)
+    for (int c = 0; c < 3; ++c) identity.push_back(static_cast<unsigned char>(i));
+  identity.insert(identity.end(), 4, 0);  // CRC: stb_image does not check it
+  identity.insert(identity.end(), d.begin() + std::ptrdiff_t(palette.chunk + 12 + palette.length),
+                  d.end());
+  std::vector<std::uint8_t> rgb = decode<std::uint8_t>(identity, info, path);
+  const std::size_t entries = palette.length / 3;
+  for (std::size_t i = 0; i < rgb.size(); i += 3) {
+    const std::size_t index = rgb[i];
+    if (index >= entries) {
+      const std::size_t pixel = i / 3, width = std::size_t(info.width);
+      throw IoError("cannot decode image file " + quoted(path) + ": its pixel (" +
+                    std::to_string(pixel % width) + ", " + std::to_string(pixel / width) +
+                    ") has palette index " + std::to_string(index) + ", past its palette of " +
+                    std::to_string(entries) + " entries (the file is corrupt)");
+    }
+    for (std::size_t c = 0; c < 3; ++c) rgb[i + c] = palette.rgb[3 * index + c];
+  }
+  return rgb;
+}
+
 // A 16-bit PGM or PPM (complete: see pnmTruncation) as RGB samples. Read here, not by stb_image:
 // its PNM loader (the Debian 12 version) copies the big-endian samples unswapped, and converts
 // a PGM's single channel with its 8-bit routine.
@@ -1014,6 +1094,8 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
     image.rgb16 = decodePnm16(bytes, info);
   else if (info.bitDepth == 16)
     image.rgb16 = decode<std::uint16_t>(bytes, info, path);
+  else if (const std::optional<PngPalette> palette = pngPalette(bytes, path))
+    image.rgb8 = decodePalettePng(bytes, *palette, info, path);
   else
     image.rgb8 = decode<std::uint8_t>(bytes, info, path);
   if (info.format == "pnm") stretchPnmSamples(image, pnmLayout(bytes).fields[2]);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kmseg/error.h"
+#include "kmseg/export.h"
 #include "kmseg/image_io.h"
 #include "test_paths.h"
 
@@ -728,6 +729,69 @@ TEST(ImageIoError, MissingPaletteAndEmptyTgaAreNamed) {
   }
 }
 
+// A palette PNG as kmseg writes its label maps (labels.png): 5 x 3 pixels, index (x + y) % 3,
+// a palette of three colours. Its bytes, and where its PLTE chunk starts.
+std::pair<std::vector<char>, std::size_t> palettePng(const fs::path& dir) {
+  std::vector<std::int32_t> labels;
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 5; ++x) labels.push_back((x + y) % 3);
+  const std::vector<kmseg::Rgb8> colours = {{200, 10, 20}, {30, 140, 50}, {60, 70, 250}};
+  kmseg::writeLabelPng(dir / "palette.png", labels, 5, 3, 3, colours);
+  std::vector<char> bytes = readBytes(dir / "palette.png");
+  const std::string text(bytes.begin(), bytes.end());
+  const std::size_t plte = text.find("PLTE");
+  EXPECT_NE(plte, std::string::npos);
+  return {bytes, plte - 4};
+}
+
+// A palette PNG decodes through its palette; an index past the palette (which stb_image would
+// expand through entries it never set) is refused with the pixel, as are a second PLTE chunk and
+// a tRNS chunk longer than the palette.
+TEST(ImageIoError, PalettePngIndicesAreCheckedAgainstThePalette) {
+  const fs::path dir = freshTempDir("image-io-palette-index");
+  const auto [bytes, plte] = palettePng(dir);
+  const Image image = kmseg::loadImage(dir / "palette.png");
+  ASSERT_EQ(image.width, 5);
+  ASSERT_EQ(image.height, 3);
+  const Rgb colours[] = {{200, 10, 20}, {30, 140, 50}, {60, 70, 250}};
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 5; ++x) EXPECT_EQ(pixel(image, x, y), colours[(x + y) % 3]) << x << y;
+
+  // The palette cut to two entries: pixel (2, 0) has index 2.
+  std::vector<char> cut = bytes;
+  cut[plte + 3] = 6;
+  cut.erase(cut.begin() + std::ptrdiff_t(plte + 8 + 6), cut.begin() + std::ptrdiff_t(plte + 8 + 9));
+  const fs::path short2 = writeBytes(dir / "short.png", cut);
+  std::string message = messageOf<IoError>(short2);
+  EXPECT_NE(message.find("'" + short2.string() +
+                         "': its pixel (2, 0) has palette index 2, past its palette of 2 entries "
+                         "(the file is corrupt)"),
+            std::string::npos)
+      << message;
+
+  // The PLTE chunk twice.
+  std::vector<char> twice = bytes;
+  twice.insert(twice.begin() + std::ptrdiff_t(plte), bytes.begin() + std::ptrdiff_t(plte),
+               bytes.begin() + std::ptrdiff_t(plte + 12 + 9));
+  const fs::path second = writeBytes(dir / "twice.png", twice);
+  message = messageOf<IoError>(second);
+  EXPECT_NE(message.find("it has a second PLTE chunk (at byte " + std::to_string(plte + 21) +
+                         "), where PNG allows one (the file is corrupt)"),
+            std::string::npos)
+      << message;
+
+  // A tRNS chunk of four entries after the palette of three.
+  std::vector<char> trns = bytes;
+  const std::vector<char> chunk = {0, 0, 0, 4, 't', 'R', 'N', 'S', 1, 2, 3, 4, 0, 0, 0, 0};
+  trns.insert(trns.begin() + std::ptrdiff_t(plte + 21), chunk.begin(), chunk.end());
+  const fs::path transparency = writeBytes(dir / "trns.png", trns);
+  message = messageOf<IoError>(transparency);
+  EXPECT_NE(message.find("its tRNS chunk (at byte " + std::to_string(plte + 21) +
+                         ") has 4 entries, more than its palette's 3"),
+            std::string::npos)
+      << message;
+}
+
 // The decoder's limits beyond the pixel limit name themselves, before any pixel is decoded:
 // 2^24 pixels a side in every format, and the bytes a reader decodes into (a GIF's 4 a pixel).
 TEST(ImageIoError, BeyondTheDecodersLimits) {
@@ -1218,7 +1282,7 @@ TEST(ImageIoError, PnmHeaderNumbersBeyondTheDecodersLimits) {
 }
 
 // Mutated files of every format: each decodes to an image of the size its header gives, or is
-// refused with kmseg's error; none crashes. Small images of each format (and two JPEGs), 20 000
+// refused with kmseg's error; none crashes. Small images of each format (a palette PNG too), 20 000
 // mutations from a fixed seed: bits flipped, bytes set, runs inserted or removed, the file cut.
 // Under the sanitizer build (README), with stb_image compiled in, this also checks every read and
 // write the decoders make.
@@ -1232,6 +1296,7 @@ TEST(ImageIoFuzz, MutatedFilesDecodeOrAreRefused) {
   for (const char* file : {"tests/data/grey8.png", "tests/data/grey16.png", "tests/data/rgb16.png",
                            "tests/data/rgba8.png", "tests/data/orientation_6.jpg"})
     seeds.push_back(readBytes(sourcePath(file)));
+  seeds.push_back(palettePng(freshTempDir("image-io-fuzz-palette")).first);
   const fs::path path = freshTempDir("image-io-fuzz") / "mutated";
   std::mt19937_64 rng(20261202);
   LoadOptions options;
