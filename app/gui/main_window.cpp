@@ -428,9 +428,10 @@ void MainWindow::onProgress(const RunProgress& p) {
   const int maxIter = std::max(1, p.maxIterations);
   progressBar_->setRange(0, p.runCount * kProgressSteps);
   if (!p.restartNote.isEmpty()) {
+    // Why is in the backend's text (setBackendText), which elides it; this line stays short.
     progressBar_->setValue(p.run * kProgressSteps);
     progressLabel_->setText(
-        tr("[%1/%2] %3 · %4").arg(p.run + 1).arg(p.runCount).arg(p.name, p.restartNote));
+        tr("[%1/%2] %3 · starts again on %4").arg(p.run + 1).arg(p.runCount).arg(p.name, p.engine));
     return;
   }
   progressBar_->setValue(p.run * kProgressSteps +
