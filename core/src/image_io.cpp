@@ -17,6 +17,7 @@
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -724,6 +725,41 @@ std::string pngHeaderFault(const Bytes& d) {
   return {};
 }
 
+// A JPEG of four components that no Adobe APP14 marker names CMYK (colour transform 0) or YCCK
+// (2), in words, else empty. stb_image decodes such a file without an error as YCbCr, its
+// fourth component ignored: wrong colours, where other readers take it as CMYK (the usual
+// convention without the marker). The segments are followed up to the first scan.
+std::string jpegColourFault(const Bytes& d) {
+  const std::size_t n = d.size();
+  std::size_t pos = 2;  // after SOI
+  int components = 0, transform = -1;
+  while (pos + 4 <= n && d[pos] == 0xFF) {
+    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes
+    if (pos + 3 > n) break;
+    const unsigned marker = d[pos];
+    if (marker == 0xDA || marker == 0xD9) break;
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
+      ++pos;
+      continue;
+    }
+    const std::size_t length = std::size_t(d[pos + 1]) << 8 | d[pos + 2];
+    if (length < 2 || pos + 1 + length > n) break;
+    const unsigned char* payload = d.data() + pos + 3;
+    if ((marker == 0xC0 || marker == 0xC1 || marker == 0xC2) && length >= 8)
+      components = payload[5];
+    // As stb_image reads it: "Adobe", then from the sixth byte on version (1 byte as it reads
+    // it), two flag words and the transform, in a segment of at least 12 bytes of payload.
+    if (marker == 0xEE && length >= 14 && std::memcmp(payload, "Adobe\0", 6) == 0)
+      transform = payload[11];
+    pos += 1 + length;
+  }
+  if (components != 4 || transform == 0 || transform == 2) return {};
+  return transform < 0 ? "its 4 colour components carry no Adobe marker that names them CMYK or "
+                         "YCCK, and the decoder would read them as YCbCr (wrong colours)"
+                       : "its Adobe marker gives colour transform " + std::to_string(transform) +
+                             " for 4 components, where the decoder reads 0 (CMYK) and 2 (YCCK)";
+}
+
 // A palette PNG (colour type 3) without a PLTE chunk before its image data, in words, else
 // empty. The chunks are followed by their lengths up to the first IDAT.
 std::string pngPaletteFault(const Bytes& d) {
@@ -735,6 +771,54 @@ std::string pngPaletteFault(const Bytes& d) {
              "before its image data (IDAT at byte " +
              std::to_string(pos) + ")";
     pos += 12 + std::uint64_t(be32(d, pos));
+  }
+  return {};
+}
+
+// What a file of a format the decoder reads declares that the decoder does not read of it, in
+// words, or empty: a BMP compressed other than with bit fields (run-length, JPEG, PNG), a PSD
+// that is no RGB image of 8 or 16-bit channels (or a large-document PSB), and the PNM types
+// other than binary PGM and PPM (plain text P1 to P3, binary PBM P4, PAM P7). stb_image's info
+// call reports each as "unknown image type", the last of its readers' failures.
+std::string unsupportedVariant(const Bytes& d) {
+  const auto be16 = [&](std::size_t at) { return unsigned(d[at]) << 8 | d[at + 1]; };
+  if (startsWith(d, "BM") && d.size() >= 34 && le32(d, 14) >= 40) {
+    const std::uint32_t compression = le32(d, 30);
+    static const char* const kNames[] = {"", "RLE8", "RLE4", "", "JPEG", "PNG"};
+    if (compression == 1 || compression == 2 || compression >= 4)
+      return "its BMP data is compressed as " +
+             (compression <= 5 ? std::string(kNames[compression])
+                               : "type " + std::to_string(compression)) +
+             ", which the decoder does not read (it reads uncompressed and bit-field BMP)";
+  }
+  if (startsWith(d, "8BPS") && d.size() >= 26) {
+    if (be16(4) == 2)
+      return "it is a large-document PSB file, which the decoder does not read (it reads PSD)";
+    const unsigned depth = be16(22), mode = be16(24);
+    if (depth != 8 && depth != 16)
+      return "its PSD header declares " + std::to_string(depth) +
+             "-bit channels, which the decoder does not read (it reads 8 and 16 bits)";
+    static const char* const kModes[] = {"bitmap", "greyscale", "indexed",      "RGB",     "CMYK",
+                                         "",       "",          "multichannel", "duotone", "Lab"};
+    if (mode != 3) {
+      const std::string name = mode <= 9 && *kModes[mode] ? kModes[mode] : "unknown";
+      return "its PSD colour mode is " + name + " (" + std::to_string(mode) +
+             "), which the decoder does not read (it reads RGB PSD)";
+    }
+  }
+  if (d.size() >= 3 && d[0] == 'P' && std::isspace(d[2])) {
+    static const char* const kTypes[] = {"",
+                                         "P1 (plain-text PBM)",
+                                         "P2 (plain-text PGM)",
+                                         "P3 (plain-text PPM)",
+                                         "P4 (binary PBM)",
+                                         "",
+                                         "",
+                                         "P7 (PAM)"};
+    const int type = d[1] - '0';
+    if (type >= 1 && type <= 7 && *kTypes[type])
+      return std::string("it is a PNM file of type ") + kTypes[type] +
+             ", which the decoder does not read (it reads binary PGM, P5, and PPM, P6)";
   }
   return {};
 }
@@ -788,12 +872,40 @@ bool stbRefuses(const PngHeader& h) {
          std::uint64_t(h.width) * h.height * h.storedChannels > kStbPngMaxBytes;
 }
 
+// The payload of a JPEG's first Exif APP1 segment (from its "Exif\0\0" header on), found by
+// following the marker segments up to the first scan: anything may precede it (a comment, the
+// quantisation tables), where libexif's own search of a whole file stops at the first segment
+// that is no APPn. Empty when there is none.
+std::pair<const unsigned char*, std::size_t> jpegExifPayload(const Bytes& d) {
+  const std::size_t n = d.size();
+  std::size_t pos = 2;  // after SOI
+  while (pos + 4 <= n && d[pos] == 0xFF) {
+    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes
+    if (pos + 3 > n) break;
+    const unsigned marker = d[pos];
+    if (marker == 0xDA || marker == 0xD9) break;  // the scan, or the end: no Exif before it
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
+      ++pos;  // no length field
+      continue;
+    }
+    const std::size_t length = std::size_t(d[pos + 1]) << 8 | d[pos + 2];
+    if (length < 2 || pos + 1 + length > n) break;
+    const unsigned char* payload = d.data() + pos + 3;
+    if (marker == 0xE1 && length >= 8 && std::memcmp(payload, "Exif\0\0", 6) == 0)
+      return {payload, length - 2};
+    pos += 1 + length;
+  }
+  return {nullptr, 0};
+}
+
 int exifOrientation(const Bytes& d) {
+  const auto [payload, size] = jpegExifPayload(d);
+  if (!payload) return 1;
   std::unique_ptr<ExifData, decltype(&exif_data_unref)> exif(exif_data_new(), &exif_data_unref);
   if (!exif) return 1;
   // Read what the file holds; do not let libexif add or "fix" entries.
   exif_data_unset_option(exif.get(), EXIF_DATA_OPTION_FOLLOW_SPECIFICATION);
-  exif_data_load_data(exif.get(), d.data(), static_cast<unsigned int>(d.size()));
+  exif_data_load_data(exif.get(), payload, static_cast<unsigned int>(size));
   ExifEntry* entry = exif_content_get_entry(exif->ifd[EXIF_IFD_0], EXIF_TAG_ORIENTATION);
   if (!entry || entry->format != EXIF_FORMAT_SHORT || entry->components < 1 || !entry->data ||
       entry->size < 2)
@@ -849,6 +961,8 @@ ImageInfo readInfo(const Bytes& d, const fs::path& path) {
     if (startsWith(d, "\xFF\xD8"))
       if (const std::string fault = jpegFrameFault(d); !fault.empty())
         throw IoError("cannot decode image file " + quoted(path) + ": " + fault);
+    if (const std::string variant = unsupportedVariant(d); !variant.empty())
+      throw IoError("cannot decode image file " + quoted(path) + ": " + variant);
     throw IoError("cannot decode image file " + quoted(path) +
                   ": not an image in a supported format (stb_image: " + stbReason() +
                   "); supported are JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PIC and PNM");
@@ -863,7 +977,19 @@ ImageInfo readInfo(const Bytes& d, const fs::path& path) {
   if (info.format == "bmp" && info.height < 0)
     info.height = info.height == INT_MIN ? INT_MAX : -info.height;
 
-  if (info.format == "jpeg") info.orientation = exifOrientation(d);
+  if (info.format == "jpeg") {
+    if (const std::string fault = jpegColourFault(d); !fault.empty())
+      throw IoError("cannot decode image file " + quoted(path) + ": " + fault);
+    info.orientation = exifOrientation(d);
+  }
+  // stb_image skips a colour map's "first entry index" as if it counted bytes before the map,
+  // and then takes the pixels' indices as positions in the map rather than entry numbers: every
+  // colour would be wrong, without an error.
+  if (info.format == "tga" && d.size() >= 18 && d[1] == 1 && le16(d, 3) != 0)
+    throw IoError("cannot decode image file " + quoted(path) +
+                  ": its TGA colour map starts at entry " + std::to_string(le16(d, 3)) +
+                  ", which the decoder does not read (it reads colour maps that start at entry "
+                  "0)");
   return info;
 }
 
@@ -1001,6 +1127,53 @@ std::vector<std::uint16_t> decodePnm16(const Bytes& d, const ImageInfo& info) {
   return rgb;
 }
 
+// A PSD of more than three channels with only its first three (red, green, blue): the bytes
+// stb_image is given in its place. With a fourth channel, stb_image "un-mattes" the colours from
+// white by that alpha (c' = 255 - (255 - c) / a, as if the composite were matted against white)
+// and converts values below 0 to a byte, which is undefined and in practice wraps: a composite
+// stored with straight colours (as ImageMagick writes it) decodes to wrong colours. kmseg takes
+// the colours as stored and drops the alpha, as in every other format. The channel count becomes
+// 3 and, for run-length data, the row-length table loses the entries of the channels after the
+// third (they come last in it, as their planes do). Bytes it cannot follow are left as they are,
+// for the decoder to refuse.
+Bytes psdColourChannels(const Bytes& d) {
+  const auto be16 = [&](std::size_t at) { return std::size_t(d[at]) << 8 | d[at + 1]; };
+  if (d.size() < 26 || be16(12) <= 3) return d;
+  const std::size_t channels = be16(12), height = be32(d, 14);
+  std::size_t pos = 26;
+  for (int section = 0; section < 3; ++section) {
+    if (pos + 4 > d.size()) return d;
+    pos += 4 + std::size_t(be32(d, pos));
+  }
+  if (pos + 2 > d.size()) return d;
+  Bytes out = d;
+  out[12] = 0;
+  out[13] = 3;
+  if (be16(pos) == 1) {
+    const std::size_t table = pos + 2;
+    if (table + height * channels * 2 > d.size()) return d;
+    out.erase(out.begin() + std::ptrdiff_t(table + height * 3 * 2),
+              out.begin() + std::ptrdiff_t(table + height * channels * 2));
+  }
+  return out;
+}
+
+// Reverses the order of the pixels in every row.
+void mirrorRows(Image& image) {
+  const std::size_t width = std::size_t(image.width);
+  auto mirror = [&](auto& samples) {
+    for (std::size_t row = 0; row < std::size_t(image.height); ++row) {
+      auto* p = samples.data() + row * width * 3;
+      for (std::size_t x = 0; x < width / 2; ++x)
+        for (std::size_t c = 0; c < 3; ++c) std::swap(p[3 * x + c], p[3 * (width - 1 - x) + c]);
+    }
+  };
+  if (image.bitDepth == 16)
+    mirror(image.rgb16);
+  else
+    mirror(image.rgb8);
+}
+
 // A PNM's samples run from 0 to its maximum value (PNM's definition), not to the full 8 or 16
 // bits that stb_image and decodePnm16 leave them on: stretched here (rounded to nearest), so that
 // a 12-bit PGM shows as bright as its 16-bit PNG and its Lab features are the same. A sample over
@@ -1027,7 +1200,7 @@ ImageInfo probeImage(const fs::path& path) {
 }
 
 Image loadImage(const fs::path& path, const LoadOptions& options) {
-  const Bytes bytes = readFile(path);
+  Bytes bytes = readFile(path);
   const ImageInfo info = readInfo(bytes, path);
 
   const std::string size = std::to_string(info.width) + " x " + std::to_string(info.height);
@@ -1086,6 +1259,7 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
       throw IoError("cannot decode image file " + quoted(path) + ": " + shortfall +
                     " (the file is corrupt)");
 
+  if (info.format == "psd") bytes = psdColourChannels(bytes);
   Image image;
   image.width = info.width;
   image.height = info.height;
@@ -1099,6 +1273,8 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
   else
     image.rgb8 = decode<std::uint8_t>(bytes, info, path);
   if (info.format == "pnm") stretchPnmSamples(image, pnmLayout(bytes).fields[2]);
+  // A TGA stored right to left (image descriptor bit 4): stb_image reads its rows left to right.
+  if (info.format == "tga" && (bytes[17] & 0x10)) mirrorRows(image);
   if (options.applyExifOrientation) applyOrientation(image, info.orientation);
   return image;
 }

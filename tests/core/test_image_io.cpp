@@ -152,9 +152,16 @@ std::vector<char> pnmBytes(int width, int height, int channels, int maxval, int 
 
 // An 8-bit RGB PSD of the pattern: the 26-byte header, three empty sections, then the channel
 // planes raw or run-length (a table of 2 bytes per row and channel, then each row of each plane
-// as literal packets of at most 128 bytes).
-std::vector<char> psdBytes(int width, int height, bool rle) {
-  std::vector<char> bytes = {'8', 'B', 'P', 'S', 0, 1, 0, 0, 0, 0, 0, 0, 0, 3};
+// as literal packets of at most 128 bytes). Channels past the third (alpha and others) hold
+// values from 0 to 255 that differ from pixel to pixel.
+std::uint8_t extraSample(int x, int y, int c) {
+  return std::uint8_t((x * 29 + y * 7 + c * 101) & 0xFF);
+}
+std::vector<char> psdBytes(int width, int height, bool rle, int channels = 3) {
+  std::vector<char> bytes = {'8', 'B', 'P', 'S', 0, 1, 0, 0, 0, 0, 0, 0, 0, char(channels)};
+  const auto sample = [](int x, int y, int c) {
+    return char(c < 3 ? patternSample(x, y, c) : extraSample(x, y, c));
+  };
   auto putBe = [&](std::uint32_t v, int count) {
     for (int k = count - 1; k >= 0; --k) bytes.push_back(char((v >> (8 * k)) & 0xFF));
   };
@@ -165,20 +172,20 @@ std::vector<char> psdBytes(int width, int height, bool rle) {
   for (int section = 0; section < 3; ++section) putBe(0, 4);
   putBe(rle ? 1 : 0, 2);
   if (!rle) {
-    for (int c = 0; c < 3; ++c)
+    for (int c = 0; c < channels; ++c)
       for (int y = 0; y < height; ++y)
-        for (int x = 0; x < width; ++x) bytes.push_back(char(patternSample(x, y, c)));
+        for (int x = 0; x < width; ++x) bytes.push_back(sample(x, y, c));
     return bytes;
   }
   const int packets = (width + 127) / 128;
-  for (int c = 0; c < 3; ++c)
+  for (int c = 0; c < channels; ++c)
     for (int y = 0; y < height; ++y) putBe(std::uint32_t(width + packets), 2);
-  for (int c = 0; c < 3; ++c)
+  for (int c = 0; c < channels; ++c)
     for (int y = 0; y < height; ++y)
       for (int x = 0; x < width; x += 128) {
         const int count = std::min(128, width - x);
         bytes.push_back(char(count - 1));
-        for (int k = 0; k < count; ++k) bytes.push_back(char(patternSample(x + k, y, c)));
+        for (int k = 0; k < count; ++k) bytes.push_back(sample(x + k, y, c));
       }
   return bytes;
 }
@@ -502,6 +509,38 @@ TEST_P(ImageOrientation, JpegIsTurnedUpright) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ImageExifTags, ImageOrientation, testing::Range(1, 9));
+
+// The Exif segment is found wherever it comes before the image data: after a comment (as
+// ImageMagick writes a file it adds one to) or after the quantisation tables. libexif's own
+// search of a whole file stops at the first segment that is no APPn, so such a photo was
+// taken as stored (orientation 1), on its side.
+TEST(ImageOrientationExif, FoundAfterACommentOrTheTables) {
+  const fs::path dir = freshTempDir("image-io-exif-after");
+  const std::vector<char> jpeg = readBytes(sourcePath("tests/data/orientation_6.jpg"));
+  // A comment segment right after SOI.
+  std::vector<char> comment = jpeg;
+  const std::vector<char> com = {'\xFF', '\xFE', 0, 7, 'h', 'e', 'l', 'l', 'o'};
+  comment.insert(comment.begin() + 2, com.begin(), com.end());
+  // The first DQT segment moved in front of everything else.
+  std::vector<char> tables = jpeg;
+  std::size_t dqt = 2;
+  while (dqt + 3 < tables.size() && tables[dqt + 1] != '\xDB')
+    dqt += 2 + (std::size_t(std::uint8_t(tables[dqt + 2])) << 8 | std::uint8_t(tables[dqt + 3]));
+  ASSERT_LT(dqt + 3, tables.size());
+  const std::size_t dqtEnd =
+      dqt + 2 + (std::size_t(std::uint8_t(tables[dqt + 2])) << 8 | std::uint8_t(tables[dqt + 3]));
+  const std::vector<char> segment(tables.begin() + std::ptrdiff_t(dqt),
+                                  tables.begin() + std::ptrdiff_t(dqtEnd));
+  tables.erase(tables.begin() + std::ptrdiff_t(dqt), tables.begin() + std::ptrdiff_t(dqtEnd));
+  tables.insert(tables.begin() + 2, segment.begin(), segment.end());
+  for (const auto& [name, bytes] : {std::pair{"comment.jpg", comment}, {"tables.jpg", tables}}) {
+    const fs::path path = writeBytes(dir / name, bytes);
+    EXPECT_EQ(kmseg::probeImage(path).orientation, 6) << name;
+    const Image image = kmseg::loadImage(path);
+    EXPECT_EQ(image.width, 4) << name;
+    EXPECT_EQ(image.height, 6) << name;
+  }
+}
 
 // Source pixel (sx, sy) that upright pixel (x, y) shows, for a stored w x h image; written out
 // from the EXIF definitions independently of the implementation.
@@ -920,6 +959,134 @@ void expectPattern(const Image& image, int width, int height, bool grey = false,
     }
 }
 
+// Variants of the formats the decoder reads that it does not read are named, with what they
+// declare, instead of stb_image's "unknown image type" (which read as if the format itself were
+// not supported).
+TEST(ImageIoError, UnreadVariantsOfReadFormatsAreNamed) {
+  const fs::path dir = freshTempDir("image-io-variants");
+  struct Case {
+    std::string name;
+    std::vector<char> bytes;
+    std::string expected;
+  };
+  std::vector<Case> cases;
+  for (const auto& [code, name] : {std::pair{1, "RLE8"}, {2, "RLE4"}, {4, "JPEG"}, {9, "type 9"}}) {
+    std::vector<char> bmp = bmpBytes(4, 3);
+    bmp[30] = char(code);
+    cases.push_back({"c" + std::to_string(code) + ".bmp", bmp,
+                     std::string("its BMP data is compressed as ") + name +
+                         ", which the decoder does not read (it reads uncompressed and bit-field "
+                         "BMP)"});
+  }
+  std::vector<char> psd = psdBytes(4, 3, false);
+  psd[25] = 1;
+  cases.push_back({"grey.psd", psd,
+                   "its PSD colour mode is greyscale (1), which the decoder does not read (it "
+                   "reads RGB PSD)"});
+  psd[25] = 4;
+  cases.push_back({"cmyk.psd", psd, "its PSD colour mode is CMYK (4)"});
+  psd[25] = 3;
+  psd[23] = 32;
+  cases.push_back({"float.psd", psd, "its PSD header declares 32-bit channels"});
+  psd[23] = 8;
+  psd[5] = 2;
+  cases.push_back({"big.psb", psd, "it is a large-document PSB file"});
+  const std::string plain = "P3\n2 1\n255\n1 2 3 4 5 6\n";
+  cases.push_back({"plain.ppm",
+                   {plain.begin(), plain.end()},
+                   "it is a PNM file of type P3 (plain-text PPM), which the decoder does not read "
+                   "(it reads binary PGM, P5, and PPM, P6)"});
+  const std::string pam = "P7\nWIDTH 1\nHEIGHT 1\nDEPTH 3\nMAXVAL 255\nENDHDR\nabc";
+  cases.push_back({"a.pam", {pam.begin(), pam.end()}, "it is a PNM file of type P7 (PAM)"});
+  for (const Case& c : cases) {
+    const fs::path path = writeBytes(dir / c.name, c.bytes);
+    const std::string message = messageOf<IoError>(path);
+    EXPECT_NE(message.find("cannot decode image file '" + path.string() + "': " + c.expected),
+              std::string::npos)
+        << message;
+    EXPECT_THROW(kmseg::probeImage(path), IoError) << c.name;
+  }
+}
+
+// tests/data/ycck.jpg: 8 x 6 pixels, the left half red and the right half blue, made with
+// ImageMagick (-colorspace CMYK -quality 100 -sampling-factor 1x1): four components, named
+// YCCK by its Adobe APP14 marker (the first segment, 16 bytes). Without that marker, or with a
+// transform the decoder does not read, it is refused rather than decoded as YCbCr.
+TEST(ImageIo, FourComponentJpegNeedsItsAdobeMarker) {
+  const fs::path dir = freshTempDir("image-io-ycck");
+  const fs::path path = sourcePath("tests/data/ycck.jpg");
+  const Image image = kmseg::loadImage(path);
+  ASSERT_EQ(image.width, 8);
+  ASSERT_EQ(image.height, 6);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_NEAR(pixel(image, 0, 0)[c], (Rgb{255, 0, 0})[c], 4);
+    EXPECT_NEAR(pixel(image, 7, 5)[c], (Rgb{0, 0, 255})[c], 4);
+  }
+  const std::vector<char> bytes = readBytes(path);
+  ASSERT_EQ(bytes[3], '\xEE');
+  std::vector<char> bare = bytes;
+  bare.erase(bare.begin() + 2, bare.begin() + 18);
+  const fs::path withoutMarker = writeBytes(dir / "bare.jpg", bare);
+  std::string message = messageOf<IoError>(withoutMarker);
+  EXPECT_NE(message.find("'" + withoutMarker.string() +
+                         "': its 4 colour components carry no Adobe marker that names them CMYK "
+                         "or YCCK, and the decoder would read them as YCbCr (wrong colours)"),
+            std::string::npos)
+      << message;
+  std::vector<char> one = bytes;
+  one[2 + 4 + 11] = 1;
+  const fs::path transform1 = writeBytes(dir / "t1.jpg", one);
+  message = messageOf<IoError>(transform1);
+  EXPECT_NE(message.find("its Adobe marker gives colour transform 1 for 4 components"),
+            std::string::npos)
+      << message;
+  EXPECT_THROW(kmseg::probeImage(transform1), IoError);
+}
+
+// A TGA stored right to left (descriptor bit 4, which stb_image ignores), from the top row or
+// from the bottom one, comes out as the picture; so does the same picture stored left to right.
+TEST(ImageIo, TgaStoredRightToLeftIsTurnedBack) {
+  const fs::path dir = freshTempDir("image-io-tga-right-to-left");
+  const int w = 9, h = 4;
+  for (const bool fromTop : {true, false}) {
+    std::vector<char> bytes = tgaBytes(w, h, false);
+    std::vector<char> flipped(bytes.begin(), bytes.begin() + 18);
+    flipped[17] = char(fromTop ? 0x30 : 0x10);
+    for (int row = 0; row < h; ++row) {
+      const int y = fromTop ? row : h - 1 - row;
+      for (int x = w - 1; x >= 0; --x) {
+        const auto at = bytes.begin() + std::ptrdiff_t(18 + 3 * (y * w + x));
+        flipped.insert(flipped.end(), at, at + 3);
+      }
+    }
+    expectPattern(kmseg::loadImage(writeBytes(dir / "rtl.tga", flipped)), w, h);
+  }
+}
+
+// A colour-mapped TGA whose map starts at an entry other than 0 is refused: stb_image would take
+// every colour from the wrong entry.
+TEST(ImageIoError, TgaColourMapNotStartingAtEntry0IsRefused) {
+  const fs::path dir = freshTempDir("image-io-tga-map-start");
+  std::vector<char> bytes = {0, 1, 1, 5, 0, 3, 0, 24, 0, 0, 0, 0, 2, 0, 1, 0, 8, 0x20};
+  for (int entry = 0; entry < 3; ++entry)
+    for (int c = 0; c < 3; ++c) bytes.push_back(char(40 * entry + c));
+  bytes.push_back(5);  // the first entry
+  bytes.push_back(7);  // the third
+  const fs::path path = writeBytes(dir / "map5.tga", bytes);
+  const std::string message = messageOf<IoError>(path);
+  EXPECT_NE(message.find("'" + path.string() +
+                         "': its TGA colour map starts at entry 5, which the decoder does not "
+                         "read (it reads colour maps that start at entry 0)"),
+            std::string::npos)
+      << message;
+  EXPECT_THROW(kmseg::probeImage(path), IoError);
+  bytes[3] = 0;  // the same map from entry 0 (indices 0 and 2) loads
+  bytes[bytes.size() - 2] = 0, bytes[bytes.size() - 1] = 2;
+  const Image image = kmseg::loadImage(writeBytes(dir / "map0.tga", bytes));
+  EXPECT_EQ(pixel(image, 0, 0), (Rgb{2, 1, 0}));  // entries are BGR
+  EXPECT_EQ(pixel(image, 1, 0), (Rgb{82, 81, 80}));
+}
+
 TEST(ImageIo, LoadsBmpTgaPnmAndGifWithKnownPixels) {
   const fs::path dir = freshTempDir("image-io-formats");
   // 131 pixels a row: BMP rows of 393 bytes need padding, RLE TGA rows two raw packets.
@@ -933,6 +1100,15 @@ TEST(ImageIo, LoadsBmpTgaPnmAndGifWithKnownPixels) {
   expectPattern(kmseg::loadImage(writeBytes(dir / "a.gif", gifBytes(w, h))), w, h, true);
   expectPattern(kmseg::loadImage(writeBytes(dir / "a.psd", psdBytes(w, h, false))), w, h);
   expectPattern(kmseg::loadImage(writeBytes(dir / "rle.psd", psdBytes(w, h, true))), w, h);
+  // With an alpha channel (and a fifth one), raw and run-length: the colours as stored, without
+  // the alpha, as in every format. (stb_image alone "un-mattes" them from white by the alpha,
+  // and casts what falls below 0 to a byte.)
+  for (const int channels : {4, 5}) {
+    expectPattern(kmseg::loadImage(writeBytes(dir / "alpha.psd", psdBytes(w, h, false, channels))),
+                  w, h);
+    expectPattern(
+        kmseg::loadImage(writeBytes(dir / "alpha-rle.psd", psdBytes(w, h, true, channels))), w, h);
+  }
   for (const int width : {w, 5}) {  // run-length and flat scanlines
     const Image hdr = kmseg::loadImage(writeBytes(dir / "a.hdr", hdrBytes(width, h)));
     EXPECT_EQ(hdr.width, width);
