@@ -206,68 +206,96 @@ std::string jpegHuffmanFault(const Bytes& d) {
   }
 }
 
+// One marker segment of a JPEG before its first scan.
+struct JpegSegment {
+  unsigned marker = 0;
+  std::size_t start = 0;                   ///< offset of its 0xFF
+  const unsigned char* payload = nullptr;  ///< after its length field
+  std::size_t size = 0;                    ///< payload bytes its length field declares
+  std::size_t available = 0;               ///< of those, the bytes the file holds
+};
+
+// Calls `visit` for each marker segment of the JPEG `d` after its SOI, following their lengths,
+// until `visit` returns true. It stops at the first scan (SOS), the end of the image (EOI), and
+// anything it cannot follow (no 0xFF where a marker should start, a cut length field, a length
+// under 2); markers without a length (RSTn, TEM) are passed over.
+template <class Visit>
+void forEachJpegSegment(const Bytes& d, Visit visit) {
+  const std::size_t n = d.size();
+  std::size_t pos = 2;  // after SOI
+  while (pos < n && d[pos] == 0xFF) {
+    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes
+    if (pos >= n) return;
+    const unsigned marker = d[pos];
+    if (marker == 0xDA || marker == 0xD9 || marker == 0x00) return;
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
+      ++pos;  // no length field
+      continue;
+    }
+    if (pos + 3 > n) return;
+    const std::size_t length = std::size_t(d[pos + 1]) << 8 | d[pos + 2];
+    if (length < 2) return;
+    const std::size_t begin = pos + 3;
+    const JpegSegment segment{marker, pos - 1, d.data() + begin, length - 2,
+                              std::min(length - 2, n - begin)};
+    if (visit(segment)) return;
+    pos += 1 + length;
+  }
+}
+
+// What in the frame header `s` (SOFn) the decoder refuses, in words, or empty.
+std::string frameFault(const JpegSegment& s) {
+  const unsigned marker = s.marker;
+  const std::string where = " (frame header SOF" + std::to_string(marker - 0xC0) + " at byte " +
+                            std::to_string(s.start) + ")";
+  if (marker > 0xC2) {
+    const bool arithmetic = marker >= 0xC9;
+    const bool hierarchical = (marker & 7) >= 5;
+    const bool lossless = (marker & 3) == 3;
+    const std::string coding = std::string(hierarchical ? "hierarchical " : "") +
+                               (lossless            ? "lossless"
+                                : (marker & 3) == 2 ? "progressive"
+                                                    : "sequential") +
+                               (arithmetic ? " arithmetic-coded" : " Huffman-coded");
+    return "its frame is " + coding + where +
+           ", which the decoder does not read: it reads baseline and progressive "
+           "Huffman-coded JPEG (SOF0, SOF1, SOF2)";
+  }
+  if (s.size < 6 || s.available < 6) return {};  // the decoder's to report
+  const unsigned precision = s.payload[0];
+  const unsigned height = unsigned(s.payload[1]) << 8 | s.payload[2];
+  const unsigned width = unsigned(s.payload[3]) << 8 | s.payload[4];
+  const unsigned components = s.payload[5];
+  if (precision != 8)
+    return "its frame has " + std::to_string(precision) + "-bit samples" + where +
+           ", which the decoder does not read: it reads 8-bit JPEG only";
+  if (height == 0)
+    return "its frame header declares height 0" + where +
+           ": the height follows in a DNL marker, which the decoder does not read";
+  if (width == 0)
+    return "its frame header declares width 0" + where + ", which JPEG does not allow";
+  if (components != 1 && components != 3 && components != 4)
+    return "its frame header declares " + std::to_string(components) + " components" + where +
+           ", where the decoder reads 1, 3 or 4";
+  return {};
+}
+
 // What in a JPEG's first frame header (SOFn) the decoder refuses, in words, or empty: the
 // coding processes other than baseline and progressive Huffman (SOF0 to SOF2), samples of other
 // than 8 bits, a height of 0 (legal: a DNL marker after the first scan gives it, which the
 // decoder does not read), a width of 0 (corrupt) and component counts other than 1, 3 or 4.
 // stb_image's reasons for these are lost when its info call goes on to the other readers
-// ("unknown image type"). The walk follows the marker segments by their lengths up to the
-// first frame header; it stops, finding nothing, at a scan, the end of the image or anything
-// it cannot follow (the decoder's to report).
+// ("unknown image type"). Nothing is found where no frame header comes before the first scan
+// (forEachJpegSegment): the decoder's to report.
 std::string jpegFrameFault(const Bytes& d) {
-  const std::size_t n = d.size();
-  std::size_t pos = 2;  // after SOI
-  while (pos < n && d[pos] == 0xFF) {
-    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes
-    if (pos + 3 > n) return {};
-    const unsigned marker = d[pos];
-    const std::size_t start = pos - 1;
-    const std::size_t length = std::size_t(d[pos + 1]) << 8 | d[pos + 2];
-    const bool frame =
-        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-    if (!frame) {
-      if (marker == 0xDA || marker == 0xD9 || marker == 0x00 || length < 2) return {};
-      if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
-        ++pos;  // no length field
-        continue;
-      }
-      pos += 1 + length;
-      continue;
-    }
-    const std::string where = " (frame header SOF" + std::to_string(marker - 0xC0) + " at byte " +
-                              std::to_string(start) + ")";
-    if (marker > 0xC2) {
-      const bool arithmetic = marker >= 0xC9;
-      const bool hierarchical = (marker & 7) >= 5;
-      const bool lossless = (marker & 3) == 3;
-      const std::string coding = std::string(hierarchical ? "hierarchical " : "") +
-                                 (lossless            ? "lossless"
-                                  : (marker & 3) == 2 ? "progressive"
-                                                      : "sequential") +
-                                 (arithmetic ? " arithmetic-coded" : " Huffman-coded");
-      return "its frame is " + coding + where +
-             ", which the decoder does not read: it reads baseline and progressive "
-             "Huffman-coded JPEG (SOF0, SOF1, SOF2)";
-    }
-    if (length < 8 || pos + 9 > n) return {};  // the decoder's to report
-    const unsigned precision = d[pos + 3];
-    const unsigned height = unsigned(d[pos + 4]) << 8 | d[pos + 5];
-    const unsigned width = unsigned(d[pos + 6]) << 8 | d[pos + 7];
-    const unsigned components = d[pos + 8];
-    if (precision != 8)
-      return "its frame has " + std::to_string(precision) + "-bit samples" + where +
-             ", which the decoder does not read: it reads 8-bit JPEG only";
-    if (height == 0)
-      return "its frame header declares height 0" + where +
-             ": the height follows in a DNL marker, which the decoder does not read";
-    if (width == 0)
-      return "its frame header declares width 0" + where + ", which JPEG does not allow";
-    if (components != 1 && components != 3 && components != 4)
-      return "its frame header declares " + std::to_string(components) + " components" + where +
-             ", where the decoder reads 1, 3 or 4";
-    return {};
-  }
-  return {};
+  std::string fault;
+  forEachJpegSegment(d, [&](const JpegSegment& s) {
+    const bool frame = s.marker >= 0xC0 && s.marker <= 0xCF && s.marker != 0xC4 &&
+                       s.marker != 0xC8 && s.marker != 0xCC;
+    if (frame) fault = frameFault(s);
+    return frame;
+  });
+  return fault;
 }
 
 // Walks a PNG's chunks up to a complete IEND chunk (length, type, data and CRC present).
@@ -292,6 +320,10 @@ std::uint32_t le16(const Bytes& d, std::size_t at) {
 
 std::uint32_t le32(const Bytes& d, std::size_t at) {
   return le16(d, at) | le16(d, at + 2) << 16;
+}
+
+std::uint32_t be16(const Bytes& d, std::size_t at) {
+  return std::uint32_t(d[at]) << 8 | d[at + 1];
 }
 
 std::uint32_t be32(const Bytes& d, std::size_t at) {
@@ -728,31 +760,20 @@ std::string pngHeaderFault(const Bytes& d) {
 // A JPEG of four components that no Adobe APP14 marker names CMYK (colour transform 0) or YCCK
 // (2), in words, else empty. stb_image decodes such a file without an error as YCbCr, its
 // fourth component ignored: wrong colours, where other readers take it as CMYK (the usual
-// convention without the marker). The segments are followed up to the first scan.
+// convention without the marker). The segments are followed up to the first scan
+// (forEachJpegSegment).
 std::string jpegColourFault(const Bytes& d) {
-  const std::size_t n = d.size();
-  std::size_t pos = 2;  // after SOI
   int components = 0, transform = -1;
-  while (pos + 4 <= n && d[pos] == 0xFF) {
-    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes
-    if (pos + 3 > n) break;
-    const unsigned marker = d[pos];
-    if (marker == 0xDA || marker == 0xD9) break;
-    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
-      ++pos;
-      continue;
-    }
-    const std::size_t length = std::size_t(d[pos + 1]) << 8 | d[pos + 2];
-    if (length < 2 || pos + 1 + length > n) break;
-    const unsigned char* payload = d.data() + pos + 3;
-    if ((marker == 0xC0 || marker == 0xC1 || marker == 0xC2) && length >= 8)
-      components = payload[5];
+  forEachJpegSegment(d, [&](const JpegSegment& s) {
+    const bool whole = s.available == s.size;
+    if ((s.marker == 0xC0 || s.marker == 0xC1 || s.marker == 0xC2) && s.size >= 6 && whole)
+      components = s.payload[5];
     // As stb_image reads it: "Adobe", then from the sixth byte on version (1 byte as it reads
     // it), two flag words and the transform, in a segment of at least 12 bytes of payload.
-    if (marker == 0xEE && length >= 14 && std::memcmp(payload, "Adobe\0", 6) == 0)
-      transform = payload[11];
-    pos += 1 + length;
-  }
+    if (s.marker == 0xEE && s.size >= 12 && whole && std::memcmp(s.payload, "Adobe\0", 6) == 0)
+      transform = s.payload[11];
+    return !whole;  // the walk ends at a segment the file cuts
+  });
   if (components != 4 || transform == 0 || transform == 2) return {};
   return transform < 0 ? "its 4 colour components carry no Adobe marker that names them CMYK or "
                          "YCCK, and the decoder would read them as YCbCr (wrong colours)"
@@ -760,19 +781,30 @@ std::string jpegColourFault(const Bytes& d) {
                              " for 4 components, where the decoder reads 0 (CMYK) and 2 (YCCK)";
 }
 
+// Calls `visit(pos, type, length)` for each chunk after the IHDR of a PNG that starts with one
+// (hasPngIhdr), in order: its offset, its four type bytes and the data length its length field
+// declares (the data need not be in the file), until `visit` returns true or no chunk header
+// is left.
+template <class Visit>
+void forEachPngChunk(const Bytes& d, Visit visit) {
+  for (std::uint64_t pos = 33; pos + 8 <= d.size(); pos += 12 + std::uint64_t(be32(d, pos)))
+    if (visit(std::size_t(pos), d.data() + pos + 4, std::size_t(be32(d, pos)))) return;
+}
+
 // A palette PNG (colour type 3) without a PLTE chunk before its image data, in words, else
 // empty. The chunks are followed by their lengths up to the first IDAT.
 std::string pngPaletteFault(const Bytes& d) {
   if (!hasPngIhdr(d) || d[25] != 3) return {};
-  for (std::uint64_t pos = 33; pos + 8 <= d.size();) {
-    if (std::memcmp(d.data() + pos + 4, "PLTE", 4) == 0) return {};
-    if (std::memcmp(d.data() + pos + 4, "IDAT", 4) == 0)
-      return "its PNG header declares a palette image (colour type 3), but no PLTE chunk comes "
-             "before its image data (IDAT at byte " +
-             std::to_string(pos) + ")";
-    pos += 12 + std::uint64_t(be32(d, pos));
-  }
-  return {};
+  std::string fault;
+  forEachPngChunk(d, [&](std::size_t pos, const unsigned char* type, std::size_t) {
+    if (std::memcmp(type, "IDAT", 4) == 0)
+      fault =
+          "its PNG header declares a palette image (colour type 3), but no PLTE chunk comes "
+          "before its image data (IDAT at byte " +
+          std::to_string(pos) + ")";
+    return std::memcmp(type, "PLTE", 4) == 0 || !fault.empty();
+  });
+  return fault;
 }
 
 // What a file of a format the decoder reads declares that the decoder does not read of it, in
@@ -781,7 +813,6 @@ std::string pngPaletteFault(const Bytes& d) {
 // other than binary PGM and PPM (plain text P1 to P3, binary PBM P4, PAM P7). stb_image's info
 // call reports each as "unknown image type", the last of its readers' failures.
 std::string unsupportedVariant(const Bytes& d) {
-  const auto be16 = [&](std::size_t at) { return unsigned(d[at]) << 8 | d[at + 1]; };
   if (startsWith(d, "BM") && d.size() >= 34 && le32(d, 14) >= 40) {
     const std::uint32_t compression = le32(d, 30);
     static const char* const kNames[] = {"", "RLE8", "RLE4", "", "JPEG", "PNG"};
@@ -792,9 +823,9 @@ std::string unsupportedVariant(const Bytes& d) {
              ", which the decoder does not read (it reads uncompressed and bit-field BMP)";
   }
   if (startsWith(d, "8BPS") && d.size() >= 26) {
-    if (be16(4) == 2)
+    if (be16(d, 4) == 2)
       return "it is a large-document PSB file, which the decoder does not read (it reads PSD)";
-    const unsigned depth = be16(22), mode = be16(24);
+    const unsigned depth = be16(d, 22), mode = be16(d, 24);
     if (depth != 8 && depth != 16)
       return "its PSD header declares " + std::to_string(depth) +
              "-bit channels, which the decoder does not read (it reads 8 and 16 bits)";
@@ -853,11 +884,10 @@ std::optional<PngHeader> pngHeader(const Bytes& d) {
   if (colour == 3) {
     h.channels = 3;
     h.storedChannels = 4;
-    for (std::uint64_t pos = 33; pos + 8 <= d.size();) {
-      if (std::memcmp(d.data() + pos + 4, "IDAT", 4) == 0) break;
-      if (std::memcmp(d.data() + pos + 4, "tRNS", 4) == 0) h.channels = 4;
-      pos += 12 + std::uint64_t(be32(d, pos));
-    }
+    forEachPngChunk(d, [&](std::size_t, const unsigned char* type, std::size_t) {
+      if (std::memcmp(type, "tRNS", 4) == 0) h.channels = 4;
+      return std::memcmp(type, "IDAT", 4) == 0;
+    });
   }
   return h;
 }
@@ -873,29 +903,18 @@ bool stbRefuses(const PngHeader& h) {
 }
 
 // The payload of a JPEG's first Exif APP1 segment (from its "Exif\0\0" header on), found by
-// following the marker segments up to the first scan: anything may precede it (a comment, the
-// quantisation tables), where libexif's own search of a whole file stops at the first segment
-// that is no APPn. Empty when there is none.
+// following the marker segments up to the first scan (forEachJpegSegment): anything may precede it
+// (a comment, the quantisation tables), where libexif's own search of a whole file stops at the
+// first segment that is no APPn. Empty when there is none.
 std::pair<const unsigned char*, std::size_t> jpegExifPayload(const Bytes& d) {
-  const std::size_t n = d.size();
-  std::size_t pos = 2;  // after SOI
-  while (pos + 4 <= n && d[pos] == 0xFF) {
-    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes
-    if (pos + 3 > n) break;
-    const unsigned marker = d[pos];
-    if (marker == 0xDA || marker == 0xD9) break;  // the scan, or the end: no Exif before it
-    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {
-      ++pos;  // no length field
-      continue;
-    }
-    const std::size_t length = std::size_t(d[pos + 1]) << 8 | d[pos + 2];
-    if (length < 2 || pos + 1 + length > n) break;
-    const unsigned char* payload = d.data() + pos + 3;
-    if (marker == 0xE1 && length >= 8 && std::memcmp(payload, "Exif\0\0", 6) == 0)
-      return {payload, length - 2};
-    pos += 1 + length;
-  }
-  return {nullptr, 0};
+  std::pair<const unsigned char*, std::size_t> exif{nullptr, 0};
+  forEachJpegSegment(d, [&](const JpegSegment& s) {
+    if (s.available < s.size) return true;  // the walk ends at a segment the file cuts
+    if (s.marker != 0xE1 || s.size < 6 || std::memcmp(s.payload, "Exif\0\0", 6) != 0) return false;
+    exif = {s.payload, s.size};
+    return true;
+  });
+  return exif;
 }
 
 int exifOrientation(const Bytes& d) {
@@ -1050,11 +1069,10 @@ std::optional<PngPalette> pngPalette(const Bytes& d, const fs::path& path) {
                    " (the file is corrupt)");
   };
   std::optional<PngPalette> palette;
-  bool data = false;
-  for (std::size_t pos = 33; pos + 12 <= d.size();) {
-    const std::size_t length = be32(d, pos);
-    const unsigned char* type = d.data() + pos + 4;
-    if (std::memcmp(type, "IEND", 4) == 0 || length > d.size() - pos - 12) break;
+  bool data = false, refused = false;
+  forEachPngChunk(d, [&](std::size_t pos, const unsigned char* type, std::size_t length) {
+    if (std::memcmp(type, "IEND", 4) == 0 || pos + 12 > d.size() || length > d.size() - pos - 12)
+      return true;
     if (std::memcmp(type, "IDAT", 4) == 0) data = true;
     if (std::memcmp(type, "PLTE", 4) == 0) {
       if (palette)
@@ -1063,7 +1081,8 @@ std::optional<PngPalette> pngPalette(const Bytes& d, const fs::path& path) {
       if (data)
         throw corrupt("its PLTE chunk (at byte " + std::to_string(pos) +
                       ") comes after its image data, where PNG puts it before");
-      if (length == 0 || length % 3 != 0 || length > 768) return std::nullopt;
+      refused = length == 0 || length % 3 != 0 || length > 768;
+      if (refused) return true;
       palette = PngPalette{
           pos,
           length,
@@ -1073,8 +1092,9 @@ std::optional<PngPalette> pngPalette(const Bytes& d, const fs::path& path) {
       throw corrupt("its tRNS chunk (at byte " + std::to_string(pos) + ") has " +
                     std::to_string(length) + " entries, more than its palette's " +
                     std::to_string(palette->length / 3));
-    pos += 12 + length;
-  }
+    return false;
+  });
+  if (refused) return std::nullopt;
   return palette;
 }
 
@@ -1127,8 +1147,8 @@ std::vector<std::uint16_t> decodePnm16(const Bytes& d, const ImageInfo& info) {
   return rgb;
 }
 
-// A PSD of more than three channels with only its first three (red, green, blue): the bytes
-// stb_image is given in its place. With a fourth channel, stb_image "un-mattes" the colours from
+// Keeps the first three channels (red, green, blue) of a PSD of more than three, in place, in
+// the bytes stb_image is then given. With a fourth channel, stb_image "un-mattes" the colours from
 // white by that alpha (c' = 255 - (255 - c) / a, as if the composite were matted against white)
 // and converts values below 0 to a byte, which is undefined and in practice wraps: a composite
 // stored with straight colours (as ImageMagick writes it) decodes to wrong colours. kmseg takes
@@ -1136,26 +1156,23 @@ std::vector<std::uint16_t> decodePnm16(const Bytes& d, const ImageInfo& info) {
 // 3 and, for run-length data, the row-length table loses the entries of the channels after the
 // third (they come last in it, as their planes do). Bytes it cannot follow are left as they are,
 // for the decoder to refuse.
-Bytes psdColourChannels(const Bytes& d) {
-  const auto be16 = [&](std::size_t at) { return std::size_t(d[at]) << 8 | d[at + 1]; };
-  if (d.size() < 26 || be16(12) <= 3) return d;
-  const std::size_t channels = be16(12), height = be32(d, 14);
+void keepPsdColourChannels(Bytes& d) {
+  if (d.size() < 26 || be16(d, 12) <= 3) return;
+  const std::size_t channels = be16(d, 12), height = be32(d, 14);
   std::size_t pos = 26;
   for (int section = 0; section < 3; ++section) {
-    if (pos + 4 > d.size()) return d;
+    if (pos + 4 > d.size()) return;
     pos += 4 + std::size_t(be32(d, pos));
   }
-  if (pos + 2 > d.size()) return d;
-  Bytes out = d;
-  out[12] = 0;
-  out[13] = 3;
-  if (be16(pos) == 1) {
+  if (pos + 2 > d.size()) return;
+  if (be16(d, pos) == 1) {
     const std::size_t table = pos + 2;
-    if (table + height * channels * 2 > d.size()) return d;
-    out.erase(out.begin() + std::ptrdiff_t(table + height * 3 * 2),
-              out.begin() + std::ptrdiff_t(table + height * channels * 2));
+    if (table + height * channels * 2 > d.size()) return;
+    d.erase(d.begin() + std::ptrdiff_t(table + height * 3 * 2),
+            d.begin() + std::ptrdiff_t(table + height * channels * 2));
   }
-  return out;
+  d[12] = 0;
+  d[13] = 3;
 }
 
 // Reverses the order of the pixels in every row.
@@ -1259,7 +1276,7 @@ Image loadImage(const fs::path& path, const LoadOptions& options) {
       throw IoError("cannot decode image file " + quoted(path) + ": " + shortfall +
                     " (the file is corrupt)");
 
-  if (info.format == "psd") bytes = psdColourChannels(bytes);
+  if (info.format == "psd") keepPsdColourChannels(bytes);
   Image image;
   image.width = info.width;
   image.height = info.height;
