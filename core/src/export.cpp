@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <png.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -178,10 +180,15 @@ mode_t currentUmask() {
 // ---- Temporary files of the writes in progress ----------------------------------------------
 //
 // A fixed table that a signal handler can read, one slot per temporary file. A writer claims a
-// free slot (Free -> Filling), copies its path into it and publishes it (Held); it gives the
-// slot back once its file is renamed or unlinked (Held -> Free, or Removed -> Free after
-// removeTempFilesNow took it). removeTempFilesNow takes each Held slot (Held -> Removing),
-// unlinks its path and marks it Removed, so no path is read while a writer rewrites it.
+// free slot (Free -> Filling) before it creates its file, copies the file's path into it and
+// publishes it (Held); all signals are blocked on its thread from the claim to the publication,
+// so the file never exists unrecorded while a handler could run there. It gives the slot back
+// once its file is renamed or unlinked (Held -> Free, or Removed -> Free after
+// removeTempFilesNow took it). removeTempFilesNow first sets gTempFilesStopped, which a writer
+// reads after its claim (so a writer either sees it and creates nothing, or holds a slot that
+// removeTempFilesNow then sees); it waits out each Filling slot (its writer is on another thread,
+// one mkostemp from Held), then takes each Held slot (Held -> Removing), unlinks its path and
+// marks it Removed, so no path is read while a writer rewrites it.
 enum TempSlotState : int { kSlotFree, kSlotFilling, kSlotHeld, kSlotRemoving, kSlotRemoved };
 
 struct TempSlot {
@@ -189,21 +196,62 @@ struct TempSlot {
   char path[PATH_MAX];
 };
 static_assert(std::atomic<int>::is_always_lock_free, "read by a signal handler");
+static_assert(std::atomic<bool>::is_always_lock_free, "set by a signal handler");
 
 TempSlot gTempSlots[kMaxTrackedTempFiles];
+std::atomic<bool> gTempFilesStopped{false};
 
-// The slot that now holds `path`, or -1 when every slot is taken or the path does not fit.
-int trackTempFile(const std::string& path) {
-  if (path.size() >= PATH_MAX) return -1;
-  for (int i = 0; i < kMaxTrackedTempFiles; ++i) {
-    int expected = kSlotFree;
-    if (gTempSlots[i].state.compare_exchange_strong(expected, kSlotFilling)) {
-      std::memcpy(gTempSlots[i].path, path.c_str(), path.size() + 1);
-      gTempSlots[i].state.store(kSlotHeld);
-      return i;
+// Blocks every signal that can be blocked on this thread while it lives.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &old_);
+  }
+  ~SignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+// A temporary file made by createTrackedTemp: its descriptor (-1 on failure, with the errno in
+// `error`) and its slot of gTempSlots (-1 when every slot was taken or the path does not fit).
+struct TrackedTemp {
+  int fd = -1;
+  int slot = -1;
+  int error = 0;
+};
+
+// Creates the temporary file named by the mkostemp `pattern` (its XXXXXX replaced in place) and
+// records it in a slot of gTempSlots. Refused with ECANCELED once removeTempFilesNow ran.
+TrackedTemp createTrackedTemp(std::vector<char>& pattern) {
+  const SignalsBlocked blocked;
+  TrackedTemp t;
+  if (pattern.size() <= PATH_MAX) {  // the size counts the terminating NUL
+    for (int i = 0; i < kMaxTrackedTempFiles && t.slot < 0; ++i) {
+      int expected = kSlotFree;
+      if (gTempSlots[i].state.compare_exchange_strong(expected, kSlotFilling)) t.slot = i;
     }
   }
-  return -1;
+  if (gTempFilesStopped.load()) {
+    if (t.slot >= 0) gTempSlots[t.slot].state.store(kSlotFree);
+    return {-1, -1, ECANCELED};
+  }
+  t.fd = ::mkostemp(pattern.data(), O_CLOEXEC);
+  t.error = t.fd < 0 ? errno : 0;
+  if (t.slot >= 0) {
+    if (t.fd < 0) {
+      gTempSlots[t.slot].state.store(kSlotFree);
+      t.slot = -1;
+    } else {
+      std::memcpy(gTempSlots[t.slot].path, pattern.data(), pattern.size());
+      gTempSlots[t.slot].state.store(kSlotHeld);
+    }
+  }
+  return t;
 }
 
 // Gives `slot` back once its file is renamed or removed; -1 is no slot.
@@ -234,13 +282,13 @@ class TempFile {
     std::string pattern = (dir / ("." + name + ".tmp-XXXXXX")).string();
     std::vector<char> buffer(pattern.begin(), pattern.end());
     buffer.push_back('\0');
-    const int fd = ::mkostemp(buffer.data(), O_CLOEXEC);
-    if (fd < 0) {
-      const int err = errno;
-      throwIo("write", shown_, errnoText(err));
-    }
+    const TrackedTemp created = createTrackedTemp(buffer);
+    if (created.error == ECANCELED)
+      throwIo("write", shown_, "the process is stopping and its temporary files were removed");
+    if (created.fd < 0) throwIo("write", shown_, errnoText(created.error));
+    const int fd = created.fd;
     path_ = buffer.data();
-    slot_ = trackTempFile(path_);
+    slot_ = created.slot;
     // mkstemp creates the file 0600; give the output the permissions a plain open would.
     ::fchmod(fd, 0666 & ~currentUmask());
     file_ = ::fdopen(fd, "wb");
@@ -607,9 +655,16 @@ void checkOutputFile(const fs::path& path) {
 }
 
 void removeTempFilesNow() noexcept {
+  gTempFilesStopped.store(true);
   for (TempSlot& slot : gTempSlots) {
     int expected = kSlotHeld;
-    if (!slot.state.compare_exchange_strong(expected, kSlotRemoving)) continue;
+    while (!slot.state.compare_exchange_strong(expected, kSlotRemoving)) {
+      // Filling: a writer on another thread (signals are blocked on its own while it fills) is
+      // creating its file; it is one mkostemp from Held or Free.
+      if (expected != kSlotFilling) break;
+      expected = kSlotHeld;
+    }
+    if (expected != kSlotHeld) continue;
     ::unlink(slot.path);
     slot.state.store(kSlotRemoved);
   }

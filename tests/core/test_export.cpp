@@ -4,15 +4,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kmseg/error.h"
@@ -337,32 +340,108 @@ TEST(ExportTest, AtomicWriteFailureInWriterKeepsOldFile) {
   EXPECT_EQ(entries(dir), std::set<std::string>{"a.txt"});
 }
 
+// Runs `body` in a child process and expects it to return "" there (the child prints what it
+// returns otherwise, which the failure shows). removeTempFilesNow refuses every later write of the
+// process that calls it, as the signal handler that calls it then ends the process, so the tests
+// of it run in a child: a death test, "threadsafe" so that the child is a fresh process.
+void expectInChild(const std::function<std::string()>& body) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const std::string failure = body();
+        if (!failure.empty()) std::fprintf(stderr, "%s\n", failure.c_str());
+        std::_Exit(failure.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// The entries of `dir` that are temporary files of writes, joined by spaces.
+std::string temporaryEntries(const fs::path& dir) {
+  std::string found;
+  for (const std::string& e : entries(dir))
+    if (e.find(".tmp-") != std::string::npos) found += e + " ";
+  return found;
+}
+
 // What a signal handler does before it ends the process: every write in progress (here two, one
-// inside the other) loses its temporary file, and the writes fail rather than create their
-// targets. More rounds than there are slots: each write gives its slot back.
-TEST(ExportTest, RemoveTempFilesNowRemovesTheWritesInProgress) {
+// inside the other) loses its temporary file, the writes fail rather than create their targets,
+// and a write that starts afterwards is refused before it creates a file. The ordinary writes
+// first are more than there are slots: each gives its slot back.
+TEST(ExportTest, RemoveTempFilesNowRemovesTheWritesInProgressAndRefusesLaterOnes) {
   const fs::path dir = kmseg::test::freshTempDir("export-remove-temp");
   kmseg::writeFileAtomic(dir / "kept.txt", "done");
-  for (int round = 0; round < kmseg::kMaxTrackedTempFiles + 2; ++round) {
+  for (int round = 0; round < kmseg::kMaxTrackedTempFiles + 2; ++round)
+    kmseg::writeFileAtomic(dir / "round.txt", std::to_string(round));
+  ASSERT_EQ(entries(dir), (std::set<std::string>{"kept.txt", "round.txt"}));
+  expectInChild([&]() -> std::string {
     std::set<std::string> during, after;
-    EXPECT_THROW(kmseg::writeFileAtomic(dir / "a.txt",
-                                        [&](std::FILE* outer) {
-                                          std::fputs("partial", outer);
-                                          kmseg::writeFileAtomic(dir / "b.txt", [&](std::FILE*) {
-                                            during = entries(dir);
-                                            kmseg::removeTempFilesNow();
-                                            after = entries(dir);
-                                          });
-                                        }),
-                 kmseg::IoError);
-    ASSERT_EQ(during.size(), 3u) << "round " << round;
-    EXPECT_EQ(during.begin()->rfind(".a.txt.tmp-", 0), 0u) << *during.begin();
-    EXPECT_EQ(std::next(during.begin())->rfind(".b.txt.tmp-", 0), 0u);
-    ASSERT_EQ(after, std::set<std::string>{"kept.txt"}) << "round " << round;
+    try {
+      kmseg::writeFileAtomic(dir / "a.txt", [&](std::FILE* outer) {
+        std::fputs("partial", outer);
+        kmseg::writeFileAtomic(dir / "b.txt", [&](std::FILE*) {
+          during = entries(dir);
+          kmseg::removeTempFilesNow();
+          after = entries(dir);
+        });
+      });
+      return "the writes whose files were removed did not fail";
+    } catch (const kmseg::IoError&) {
+    }
+    if (during.size() != 4)
+      return "during the writes: " + std::to_string(during.size()) + " entries";
+    if (during.begin()->rfind(".a.txt.tmp-", 0) != 0 ||
+        std::next(during.begin())->rfind(".b.txt.tmp-", 0) != 0)
+      return "not the two temporary files: " + *during.begin();
+    const std::set<std::string> kept{"kept.txt", "round.txt"};
+    if (after != kept || entries(dir) != kept) return "the temporary files stayed";
+    try {
+      kmseg::writeFileAtomic(dir / "c.txt", "c");
+      return "a write after removeTempFilesNow was not refused";
+    } catch (const kmseg::IoError& e) {
+      const std::string what = e.what();
+      if (what.find("c.txt") == std::string::npos || what.find("stopping") == std::string::npos)
+        return "unclear refusal: " + what;
+    }
+    if (entries(dir) != kept) return "the refused write left a file";
+    return "";
+  });
+}
+
+// Writers on other threads, starting one write after another, while removeTempFilesNow runs: once
+// it returns, no temporary file is left, and none appears afterwards, whichever step of creating
+// its file a writer was at (the file exists before its path is recorded). Several children, each
+// removing after a different delay.
+TEST(ExportTest, RemoveTempFilesNowLeavesNoFileOfAWriteStartingOnAnotherThread) {
+  for (int child = 0; child < 6; ++child) {
+    const fs::path dir = kmseg::test::freshTempDir("export-remove-race");
+    expectInChild([&]() -> std::string {
+      std::atomic<bool> stop{false};
+      std::atomic<int> written{0};
+      std::vector<std::thread> writers;
+      for (int t = 0; t < 4; ++t) {
+        writers.emplace_back([&, t] {
+          while (!stop.load()) {
+            try {
+              kmseg::writeFileAtomic(dir / ("w" + std::to_string(t) + ".txt"), "x");
+              ++written;
+            } catch (const kmseg::IoError&) {
+            }
+          }
+        });
+      }
+      while (written.load() < 8 * (child + 1)) std::this_thread::yield();
+      kmseg::removeTempFilesNow();
+      const std::string left = temporaryEntries(dir);
+      ::usleep(2000);
+      const std::string later = temporaryEntries(dir);
+      stop.store(true);
+      for (std::thread& w : writers) w.join();
+      if (!left.empty()) return "left when removeTempFilesNow returned: " + left;
+      if (!later.empty()) return "made after removeTempFilesNow returned: " + later;
+      if (const std::string end = temporaryEntries(dir); !end.empty()) return "at the end: " + end;
+      return "";
+    });
   }
-  EXPECT_EQ(entries(dir), std::set<std::string>{"kept.txt"});
-  kmseg::writeFileAtomic(dir / "a.txt", "a");
-  EXPECT_EQ(slurp(dir / "a.txt"), "a");
 }
 
 // A name longer than the file system takes is found by the check, before any file is written,

@@ -49,7 +49,10 @@ void writeFileAtomic(const std::filesystem::path& path,
 
 /// Removes the temporary files of the atomic writes in progress (writeFileAtomic) on any thread,
 /// for a signal handler that then ends the process: async-signal-safe (only unlink() and
-/// lock-free atomics). A write whose file it removed fails with IoError if it goes on. Up to
+/// lock-free atomics). A write whose file it removed fails with IoError if it goes on, and every
+/// write that starts after it is refused with IoError before it creates a file, so no temporary
+/// file appears between this call and the end of the process. A write that is creating its file
+/// on another thread as it runs is waited for (a few system calls) and its file removed. Up to
 /// kMaxTrackedTempFiles writes at once are tracked; a write beyond them, or one whose
 /// temporary path is longer than PATH_MAX, keeps its file.
 void removeTempFilesNow() noexcept;
