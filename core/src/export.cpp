@@ -217,16 +217,18 @@ class SignalsBlocked {
   sigset_t old_;
 };
 
-// A temporary file made by createTrackedTemp: its descriptor (-1 on failure, with the errno in
-// `error`) and its slot of gTempSlots (-1 when every slot was taken or the path does not fit).
+// A temporary file made by createTrackedTemp: its descriptor (-1 on failure: `stopped`, or the
+// errno in `error`) and its slot of gTempSlots (-1 when every slot was taken or the path does not
+// fit).
 struct TrackedTemp {
   int fd = -1;
   int slot = -1;
   int error = 0;
+  bool stopped = false;  // refused: removeTempFilesNow ran
 };
 
 // Creates the temporary file named by the mkostemp `pattern` (its XXXXXX replaced in place) and
-// records it in a slot of gTempSlots. Refused with ECANCELED once removeTempFilesNow ran.
+// records it in a slot of gTempSlots. Refused (`stopped`) once removeTempFilesNow ran.
 TrackedTemp createTrackedTemp(std::vector<char>& pattern) {
   const SignalsBlocked blocked;
   TrackedTemp t;
@@ -238,7 +240,7 @@ TrackedTemp createTrackedTemp(std::vector<char>& pattern) {
   }
   if (gTempFilesStopped.load()) {
     if (t.slot >= 0) gTempSlots[t.slot].state.store(kSlotFree);
-    return {-1, -1, ECANCELED};
+    return {.stopped = true};
   }
   t.fd = ::mkostemp(pattern.data(), O_CLOEXEC);
   t.error = t.fd < 0 ? errno : 0;
@@ -283,7 +285,7 @@ class TempFile {
     std::vector<char> buffer(pattern.begin(), pattern.end());
     buffer.push_back('\0');
     const TrackedTemp created = createTrackedTemp(buffer);
-    if (created.error == ECANCELED)
+    if (created.stopped)
       throwIo("write", shown_, "the process is stopping and its temporary files were removed");
     if (created.fd < 0) throwIo("write", shown_, errnoText(created.error));
     const int fd = created.fd;
