@@ -10,6 +10,7 @@
 
 #include <cstdio>
 
+#include "close_on_signal.h"
 #include "controller.h"
 #include "image_convert.h"
 #include "image_views.h"
@@ -19,6 +20,7 @@
 
 namespace {
 
+using kmseg::gui::CloseOnSignal;
 using kmseg::gui::Controller;
 using kmseg::gui::LaunchOptions;
 using kmseg::gui::MainWindow;
@@ -110,16 +112,34 @@ int main(int argc, char** argv) {
   icon.addFile(QStringLiteral(":/icons/kmseg.png"));
   QApplication::setWindowIcon(icon);
 
-  if (!options.screenshot.isEmpty()) {
-    if (options.image.isEmpty()) {
-      std::fprintf(stderr, "kmseg-gui: --screenshot needs an IMAGE (see 'kmseg-gui --help')\n");
-      return 2;
-    }
-    return runScreenshot(app, options);
+  if (!options.screenshot.isEmpty() && options.image.isEmpty()) {
+    std::fprintf(stderr, "kmseg-gui: --screenshot needs an IMAGE (see 'kmseg-gui --help')\n");
+    return 2;
   }
 
-  MainWindow window;
-  window.show();
-  if (!options.image.isEmpty()) window.openFile(options.image);
-  return app.exec();
+  // SIGTERM, SIGINT or SIGHUP closes the window as its close button does (the exports being
+  // written finish); the process then ends by that signal.
+  CloseOnSignal closer;
+  int status = 0;
+  if (!options.screenshot.isEmpty()) {
+    QObject::connect(&closer, &CloseOnSignal::closeRequested, &app, [&](int signal) {
+      std::fprintf(stderr, "kmseg-gui: %s: stopped; no screenshot was written\n",
+                   kmseg::gui::closeSignalName(signal));
+      app.exit(1);
+    });
+    status = runScreenshot(app, options);
+  } else {
+    MainWindow window;
+    QObject::connect(&closer, &CloseOnSignal::closeRequested, &app, [](int signal) {
+      std::fprintf(stderr, "kmseg-gui: %s: closing (send it again to stop at once)\n",
+                   kmseg::gui::closeSignalName(signal));
+      QApplication::closeAllWindows();
+      QCoreApplication::quit();
+    });
+    window.show();
+    if (!options.image.isEmpty()) window.openFile(options.image);
+    status = app.exec();
+  }
+  closer.endByCaughtSignal();
+  return status;
 }

@@ -2,6 +2,7 @@
 // The kmseg-gui executable: the headless fallback without a display, and --screenshot.
 
 #include <QDir>
+#include <QFile>
 #include <QFileInfo>
 #include <QImage>
 #include <QProcess>
@@ -101,6 +102,48 @@ TEST(Launch, AnInterruptStopsTheHeadlessCompareAndWritesNothing) {
       << outDir.entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden)
              .join(u' ')
              .toStdString();
+}
+
+// Whether process `pid` catches `signal` (its SigCgt mask in /proc): the window's handlers are in
+// place.
+bool catches(qint64 pid, int signal) {
+  QFile status(QStringLiteral("/proc/%1/status").arg(pid));
+  if (!status.open(QIODevice::ReadOnly)) return false;
+  for (const QByteArray& line : status.readAll().split('\n')) {
+    if (!line.startsWith("SigCgt:")) continue;
+    bool ok = false;
+    const qulonglong mask = line.mid(7).trimmed().toULongLong(&ok, 16);
+    return ok && (mask >> (signal - 1) & 1u);
+  }
+  return false;
+}
+
+// SIGTERM (a session ending) closes the window as its close button does: the settings are
+// saved, one line says so, and the process then ends by the signal.
+TEST(Launch, SigtermClosesTheWindowAndEndsByTheSignal) {
+  ASSERT_TRUE(QFileInfo(guiBinary()).isExecutable()) << guiBinary().toStdString();
+  const QString image = kmseg::test::smallPhoto("gui-sigterm-in");
+  const auto config = kmseg::test::freshTempDir("gui-sigterm-config");
+  QProcess p;
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+  env.insert(QStringLiteral("XDG_CONFIG_HOME"), QString::fromStdString(config.string()));
+  p.setProcessEnvironment(env);
+  p.start(guiBinary(), {image});
+  ASSERT_TRUE(p.waitForStarted(60000));
+  ASSERT_TRUE(kmseg::test::waitFor([&] { return catches(p.processId(), SIGTERM); }))
+      << "kmseg-gui did not catch SIGTERM";
+  p.terminate();  // SIGTERM
+  ASSERT_TRUE(p.waitForFinished(60000));
+  const QByteArray err = p.readAllStandardError();
+  EXPECT_EQ(p.exitStatus(), QProcess::CrashExit) << err.toStdString();
+  EXPECT_EQ(p.exitCode(), SIGTERM);  // the signal that ended it
+  EXPECT_TRUE(err.contains("kmseg-gui: SIGTERM: closing (send it again to stop at once)"))
+      << err.toStdString();
+  // The window's close saved its settings (a killed process saves none).
+  QFile settings(QString::fromStdString((config / "kmseg" / "kmseg-gui.conf").string()));
+  ASSERT_TRUE(settings.open(QIODevice::ReadOnly)) << settings.fileName().toStdString();
+  EXPECT_TRUE(settings.readAll().contains("geometry"));
 }
 
 TEST(Launch, ScreenshotRendersTheWindowAfterARun) {

@@ -5,6 +5,7 @@
 #include <QFileInfo>
 #include <QGraphicsSimpleTextItem>
 #include <QSettings>
+#include <QSignalSpy>
 #include <QtCharts/QAbstractAxis>
 #include <QtCharts/QChart>
 #include <QtCharts/QScatterSeries>
@@ -14,15 +15,19 @@
 
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
+#include "close_on_signal.h"
 #include "controller.h"
 #include "gui_params.h"
 #include "image_convert.h"
 #include "image_views.h"
 #include "kmseg/error.h"
+#include "kmseg/export.h"
 #include "result_charts.h"
 #include "results_model.h"
 #include "startup.h"
@@ -534,6 +539,61 @@ TEST(ImageViewsLayout, ViewsShareTheWidthWhateverTheTitle) {
   EXPECT_LE(std::abs(w0 - w1), 1) << w0 << " against " << w1;
   EXPECT_EQ(views.view(ImageViews::Reference)->width(), w0);
   EXPECT_EQ(views.view(ImageViews::Mask)->width(), w1);
+}
+
+// The first SIGTERM reaches the event loop (and leaves the process running); the handlers found
+// are restored afterwards.
+TEST(CloseOnSignal, TheFirstSignalReachesTheEventLoop) {
+  struct sigaction before {};
+  sigaction(SIGTERM, nullptr, &before);
+  {
+    CloseOnSignal closer;
+    QSignalSpy spy(&closer, &CloseOnSignal::closeRequested);
+    EXPECT_EQ(closer.caught(), 0);
+    ASSERT_EQ(raise(SIGTERM), 0);
+    EXPECT_EQ(closer.caught(), SIGTERM);
+    ASSERT_TRUE(spy.wait(10000));
+    ASSERT_EQ(spy.count(), 1);
+    EXPECT_EQ(spy.at(0).at(0).toInt(), SIGTERM);
+    EXPECT_STREQ(closeSignalName(SIGTERM), "SIGTERM");
+    // Nothing was caught by this one: its process goes on.
+  }
+  struct sigaction after {};
+  sigaction(SIGTERM, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+  CloseOnSignal again;  // one at a time, and a second may follow the first
+  EXPECT_EQ(again.caught(), 0);
+  again.endByCaughtSignal();  // returns: nothing caught
+}
+
+// A second signal, while a file is being written, removes its temporary file and ends the
+// process by that signal (in a child process: it ends).
+TEST(CloseOnSignalDeathTest, ASecondSignalRemovesTheFilesBeingWrittenAndEnds) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The child runs this test again from its start, in a fresh process with a scratch directory of
+  // its own: it writes into the parent's, named in the environment it inherits.
+  constexpr const char* kDirVariable = "KMSEG_TEST_SECOND_SIGNAL_DIR";
+  setenv(kDirVariable, test::freshTempDir("gui-second-signal").c_str(), 0);
+  const std::filesystem::path dir = std::getenv(kDirVariable);
+  EXPECT_EXIT(
+      {
+        CloseOnSignal closer;
+        writeFileAtomic(dir / "labels.png", [&](std::FILE* f) {
+          std::fputs("the first bytes", f);
+          std::fflush(f);
+          raise(SIGINT);  // the first: asks the event loop to close
+          if (closer.caught() != SIGINT) std::_Exit(3);
+          raise(SIGINT);  // the second: ends the process here
+          std::_Exit(4);
+        });
+        std::_Exit(5);
+      },
+      ::testing::KilledBySignal(SIGINT), "");
+  unsetenv(kDirVariable);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    left.push_back(e.path().filename().string());
+  EXPECT_TRUE(left.empty()) << "left behind: " << left.front();
 }
 
 }  // namespace

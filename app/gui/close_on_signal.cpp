@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+#include "close_on_signal.h"
+
+#include <QSocketNotifier>
+#include <QtGlobal>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "kmseg/export.h"
+
+namespace kmseg::gui {
+namespace {
+
+// The pipe from the handler to the event loop, and the first signal caught. The handler reads
+// them: plain ints set before the handler is installed and reset after it is removed.
+int gPipe[2] = {-1, -1};
+std::atomic<int> gCaught{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
+
+// Async-signal-safe: lock-free atomics, write(), unlink() (in removeTempFilesNow), sigaction()
+// and raise().
+extern "C" void onCloseSignal(int signal) {
+  const int saved = errno;
+  int none = 0;
+  if (gCaught.compare_exchange_strong(none, signal)) {
+    const char byte = 1;
+    // Non-blocking: a full pipe already holds a byte for the event loop.
+    [[maybe_unused]] const ssize_t n = ::write(gPipe[1], &byte, 1);
+  } else {
+    // A second signal: the temporary files of the writes in progress go, then the process ends
+    // as the signal's default action ends it (the signal is blocked in its handler, so the
+    // raised one arrives when the handler returns).
+    removeTempFilesNow();
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(signal, &action, nullptr);
+    raise(signal);
+  }
+  errno = saved;
+}
+
+}  // namespace
+
+const char* closeSignalName(int signal) {
+  switch (signal) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "signal";
+  }
+}
+
+CloseOnSignal::CloseOnSignal(QObject* parent) : QObject(parent) {
+  Q_ASSERT(gPipe[0] < 0);
+  gCaught.store(0);
+  if (::pipe2(gPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    qWarning("kmseg-gui: cannot catch SIGTERM, SIGINT and SIGHUP (pipe: %s)", std::strerror(errno));
+    gPipe[0] = gPipe[1] = -1;
+    return;
+  }
+  notifier_ = new QSocketNotifier(gPipe[0], QSocketNotifier::Read, this);
+  connect(notifier_, &QSocketNotifier::activated, this, &CloseOnSignal::readPipe);
+  struct sigaction action {};
+  action.sa_handler = onCloseSignal;
+  sigemptyset(&action.sa_mask);
+  // Each signal's handler blocks the others, so a first and a second never interleave.
+  sigaddset(&action.sa_mask, SIGTERM);
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGHUP);
+  // A read or write the signal meets goes on rather than failing with EINTR.
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, &oldTerm_);
+  sigaction(SIGINT, &action, &oldInt_);
+  sigaction(SIGHUP, &action, &oldHup_);
+}
+
+CloseOnSignal::~CloseOnSignal() {
+  if (gPipe[0] < 0) return;
+  sigaction(SIGTERM, &oldTerm_, nullptr);
+  sigaction(SIGINT, &oldInt_, nullptr);
+  sigaction(SIGHUP, &oldHup_, nullptr);
+  delete notifier_;
+  ::close(gPipe[0]);
+  ::close(gPipe[1]);
+  gPipe[0] = gPipe[1] = -1;
+}
+
+int CloseOnSignal::caught() const {
+  return gCaught.load();
+}
+
+void CloseOnSignal::endByCaughtSignal() const {
+  const int signal = caught();
+  if (signal == 0) return;
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal, &action, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signal);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  raise(signal);
+}
+
+void CloseOnSignal::readPipe() {
+  char bytes[16];
+  while (::read(gPipe[0], bytes, sizeof bytes) > 0) {
+  }
+  if (const int signal = caught(); signal != 0) emit closeRequested(signal);
+}
+
+}  // namespace kmseg::gui
