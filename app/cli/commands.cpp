@@ -130,7 +130,8 @@ void writeToStderr(const char (&message)[N]) {
   }
 }
 
-// Async-signal-safe: atomics, write(), unlink() (in removeTempFilesNow), sigaction() and raise().
+// Async-signal-safe: atomics, write(), unlink() and rmdir() (in removeTempFilesNow and
+// removeCreatedDirectoriesNow), sigaction() and raise().
 extern "C" void onInterrupt(int signal) {
   const int saved = errno;
   int phase = kRunning;
@@ -142,10 +143,12 @@ extern "C" void onInterrupt(int signal) {
         "kmseg: interrupted: finishing the files being written first (Ctrl+C again stops at "
         "once and removes them)\n");
   } else {
-    // A second signal: the temporary files of the writes in progress go, then the process ends
-    // as the signal's default action ends it (the signal is blocked in its handler, so the
-    // raised one arrives when the handler returns).
+    // A second signal: the temporary files of the writes in progress go, and the directories
+    // made for the outputs that are empty then, then the process ends as the signal's default
+    // action ends it (the signal is blocked in its handler, so the raised one arrives when the
+    // handler returns).
     removeTempFilesNow();
+    removeCreatedDirectoriesNow();
     struct sigaction action {};
     action.sa_handler = SIG_DFL;
     sigemptyset(&action.sa_mask);

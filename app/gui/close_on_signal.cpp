@@ -22,8 +22,8 @@ int gPipe[2] = {-1, -1};
 std::atomic<int> gCaught{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
 
-// Async-signal-safe: lock-free atomics, write(), unlink() (in removeTempFilesNow), sigaction()
-// and raise().
+// Async-signal-safe: lock-free atomics, write(), unlink() and rmdir() (in removeTempFilesNow and
+// removeCreatedDirectoriesNow), sigaction() and raise().
 extern "C" void onCloseSignal(int signal) {
   const int saved = errno;
   int none = 0;
@@ -32,10 +32,12 @@ extern "C" void onCloseSignal(int signal) {
     // Non-blocking: a full pipe already holds a byte for the event loop.
     [[maybe_unused]] const ssize_t n = ::write(gPipe[1], &byte, 1);
   } else {
-    // A second signal: the temporary files of the writes in progress go, then the process ends
-    // as the signal's default action ends it (the signal is blocked in its handler, so the
-    // raised one arrives when the handler returns).
+    // A second signal: the temporary files of the writes in progress go, and the directories
+    // made for the outputs that are empty then, then the process ends as the signal's default
+    // action ends it (the signal is blocked in its handler, so the raised one arrives when the
+    // handler returns).
     removeTempFilesNow();
+    removeCreatedDirectoriesNow();
     struct sigaction action {};
     action.sa_handler = SIG_DFL;
     sigemptyset(&action.sa_mask);

@@ -531,10 +531,12 @@ bool Controller::exportAll(const QString& dir) {
     if (!outcome_ || outcome_->readyRows() == 0)
       throw InvalidArgument("there is no result to export yet: run a segmentation first");
     const std::filesystem::path d = toPath(dir);
-    prepareOutputDirectory(d);
+    // A folder made here goes again if a file name is refused.
+    CreatedDirectories made(prepareOutputDirectory(d));
     OutputFiles files = exportFiles(*outcome_, d);
     const auto paths = files.all();
     for (const auto& p : paths) checkOutputFile(p);
+    made.keep();
     exportingAll_ = true;
     std::shared_ptr<const RunOutcome> o = outcome_;
     auto* watcher = new QFutureWatcher<std::exception_ptr>(this);

@@ -271,6 +271,47 @@ void untrackTempFile(int slot) {
   }
 }
 
+// ---- Directories made for outputs ------------------------------------------------------------
+//
+// A second table of the same kind for removeCreatedDirectoriesNow: prepareOutputDirectory records
+// each directory before it creates it (Free -> Filling -> Held), so that none exists unrecorded,
+// and CreatedDirectories gives the slots back (Held or Removed -> Free) when it goes.
+// removeCreatedDirectoriesNow takes each Held slot (Held -> Removing), removes its directory if
+// empty and marks it Removed (or Held again). Recorded and given back by one thread at a time.
+TempSlot gDirSlots[kMaxTrackedDirectories];
+
+void trackDirectories(const std::vector<fs::path>& dirs) {
+  for (const fs::path& dir : dirs) {
+    const std::string path = dir.string();
+    if (path.size() >= PATH_MAX) continue;
+    for (TempSlot& slot : gDirSlots) {
+      int expected = kSlotFree;
+      if (!slot.state.compare_exchange_strong(expected, kSlotFilling)) continue;
+      std::memcpy(slot.path, path.c_str(), path.size() + 1);
+      slot.state.store(kSlotHeld);
+      break;
+    }
+  }
+}
+
+void untrackDirectories(const std::vector<fs::path>& dirs) noexcept {
+  for (const fs::path& dir : dirs) {
+    const std::string path = dir.string();
+    for (TempSlot& slot : gDirSlots) {
+      int state = slot.state.load();
+      if (state == kSlotFree || state == kSlotFilling || path != slot.path) continue;
+      // Held or Removed -> Free; Removing: removeCreatedDirectoriesNow is at it on another thread.
+      while (!slot.state.compare_exchange_strong(state, kSlotFree) && state != kSlotFree) {
+        if (state == kSlotRemoving) {
+          std::this_thread::yield();
+          state = kSlotHeld;
+        }
+      }
+      break;
+    }
+  }
+}
+
 // The temporary file of an atomic write: created next to its target, removed on destruction
 // unless released after the rename. While it exists, a slot of gTempSlots holds its path (when
 // one was free).
@@ -634,10 +675,14 @@ int probeDirectory(const fs::path& dir) {
   std::string pattern = (dir / ".kmseg-probe-XXXXXX").string();
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
-  const int fd = ::mkostemp(buffer.data(), O_CLOEXEC);
-  if (fd < 0) return errno;
-  ::close(fd);
+  // Tracked as the writes' temporary files are, so that removeTempFilesNow takes it too (and the
+  // directory it is in can then go).
+  const TrackedTemp t = createTrackedTemp(buffer);
+  if (t.stopped) return ECANCELED;  // the process is ending
+  if (t.fd < 0) return t.error;
+  ::close(t.fd);
   ::unlink(buffer.data());
+  untrackTempFile(t.slot);
   return 0;
 }
 
@@ -679,6 +724,26 @@ void writeFileAtomic(const fs::path& path, const std::function<void(std::FILE*)>
   temp.commit();
 }
 
+void removeCreatedDirectoriesNow() noexcept {
+  // Innermost first: a directory is recorded after its parent, which cannot be removed while it
+  // holds it. Passes until one removes nothing.
+  for (bool removed = true; removed;) {
+    removed = false;
+    for (int i = kMaxTrackedDirectories - 1; i >= 0; --i) {
+      int expected = kSlotHeld;
+      if (!gDirSlots[i].state.compare_exchange_strong(expected, kSlotRemoving)) continue;
+      const bool gone = ::rmdir(gDirSlots[i].path) == 0;
+      gDirSlots[i].state.store(gone ? kSlotRemoved : kSlotHeld);
+      removed = removed || gone;
+    }
+  }
+}
+
+CreatedDirectories::~CreatedDirectories() {
+  if (!kept_) removeEmptyDirectories(dirs_);
+  untrackDirectories(dirs_);
+}
+
 std::vector<fs::path> prepareOutputDirectory(const fs::path& dir) {
   const fs::path d = dir.empty() ? fs::path(".") : dir;
   std::error_code ec;
@@ -700,19 +765,31 @@ std::vector<fs::path> prepareOutputDirectory(const fs::path& dir) {
           created.push_back(normal);
       }
     }
+    trackDirectories(created);
     fs::create_directories(d, ec);
     if (ec) {
       removeEmptyDirectories(created);
+      untrackDirectories(created);
       throwIo("create output directory", d, ec.message());
     }
   }
-  CreatedDirectories undo(created);
+  // On failure the directories go again, and their records with them; on success the records
+  // pass to the caller's CreatedDirectories.
+  struct Undo {
+    const std::vector<fs::path>& dirs;
+    bool kept = false;
+    ~Undo() {
+      if (kept) return;
+      removeEmptyDirectories(dirs);
+      untrackDirectories(dirs);
+    }
+  } undo{created};
   if (::access(d.c_str(), W_OK | X_OK) != 0) {
     const int err = errno;
     throwIo("write to output directory", d, errnoText(err));
   }
   if (const int err = probeDirectory(d)) throwIo("write to output directory", d, errnoText(err));
-  undo.keep();
+  undo.kept = true;
   return created;
 }
 

@@ -471,6 +471,58 @@ TEST(Cli, ASecondInterruptWhileWritingLeavesNoTemporaryFile) {
       << e;
 }
 
+// Two signals before any file is written (here both arrive at once: SIGINT and SIGTERM, sent
+// while the process is stopped): the first stops the runs, the second ends the process at once,
+// and the output directories the command made go with it, empty as they are.
+TEST(Cli, ASecondSignalBeforeWritingRemovesTheDirectoriesItMade) {
+  const char* exe = std::getenv("KMSEG_CLI");
+  ASSERT_TRUE(exe);
+  const fs::path tmp = test::freshTempDir("cli-interrupt-directories");
+  std::vector<std::int32_t> noise(1000 * 800);
+  std::uint32_t state = 54321;
+  for (auto& v : noise) {
+    state = state * 1664525u + 1013904223u;
+    v = std::int32_t(state >> 24);
+  }
+  writeColorPng(tmp / "noise.png", noise, 1000, 800, makePalette(256));
+  const fs::path out = tmp / "made" / "for" / "outputs";
+  std::vector<std::string> args = {exe,         "compare",   (tmp / "noise.png").string(),
+                                   "-k",        "16",        "--modes",
+                                   "fp32,fp64", "--backend", "cpu",
+                                   "-q",        "-o",        out.string()};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, exe, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  bool ended = false;
+  while (!fs::exists(out)) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      ended = true;
+      break;
+    }
+    ::usleep(200);
+  }
+  ASSERT_FALSE(ended) << "ended before its output directory was seen";
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  int stopped = 0;
+  ASSERT_EQ(::waitpid(pid, &stopped, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(stopped)) << "ended before it could be stopped";
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  ASSERT_EQ(::kill(pid, SIGCONT), 0);
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit code " << WEXITSTATUS(status);
+  EXPECT_TRUE(WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM) << WTERMSIG(status);
+  EXPECT_FALSE(fs::exists(tmp / "made")) << "left behind: " << (tmp / "made").string();
+}
+
 // One pixel unlike the 25 599 others: under z-score normalisation its colour columns reach
 // sqrt(25 599) = 160 each, a squared norm of 3 x 25 599 = 76 797, beyond fp16's 65504. The
 // table says which modes met it and what they did; the report counts it per run.

@@ -626,6 +626,30 @@ TEST(ExportTest, PrepareOutputDirectoryCreatesNested) {
   EXPECT_FALSE(fs::exists(dir / "i"));
 }
 
+// What a signal handler removes besides the temporary files: the directories made for outputs
+// that are still empty, innermost first, while a CreatedDirectories holds them; a directory with
+// a file stays, and so do the directories of a CreatedDirectories that has gone. In a child, so
+// that no directory recorded by another test is taken.
+TEST(ExportTest, RemoveCreatedDirectoriesNowTakesTheEmptyOnesStillHeld) {
+  expectInChild([]() -> std::string {
+    const fs::path dir = kmseg::test::freshTempDir("export-remove-dirs");
+    {
+      kmseg::CreatedDirectories kept(kmseg::prepareOutputDirectory(dir / "kept"));
+      kept.keep();
+    }
+    kmseg::CreatedDirectories held(kmseg::prepareOutputDirectory(dir / "a" / "b" / "c"));
+    kmseg::CreatedDirectories full(kmseg::prepareOutputDirectory(dir / "d" / "e"));
+    kmseg::writeFileAtomic(dir / "d" / "e" / "x.txt", "x");
+    if (!fs::is_directory(dir / "a" / "b" / "c")) return "a/b/c was not made";
+    kmseg::removeCreatedDirectoriesNow();
+    if (fs::exists(dir / "a")) return "a (or below it) was left";
+    if (!fs::exists(dir / "d" / "e" / "x.txt")) return "the file was removed";
+    if (!fs::is_directory(dir / "kept")) return "the kept directory was removed";
+    if (entries(dir) != std::set<std::string>{"d", "kept"}) return "other entries were left";
+    return "";
+  });
+}
+
 TEST(ExportTest, PrepareOutputDirectoryRejectsFileAndUnwritable) {
   const fs::path dir = kmseg::test::freshTempDir("export-prepare-bad");
   kmseg::writeFileAtomic(dir / "file.txt", "x");

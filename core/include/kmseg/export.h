@@ -73,23 +73,31 @@ void checkOutputFile(const std::filesystem::path& path);
 /// IoError when it is an existing non-directory, cannot be created, or is not writable (checked
 /// by creating and removing a probe file, since access() says yes to root). Returns the
 /// directories it created, outermost first, so that a command that fails later can remove them
-/// (removeEmptyDirectories).
+/// (removeEmptyDirectories). It records each for removeCreatedDirectoriesNow before it creates
+/// it; the records last until a CreatedDirectories made from the list goes (make one at once).
+/// Up to kMaxTrackedDirectories are recorded at once.
 std::vector<std::filesystem::path> prepareOutputDirectory(const std::filesystem::path& dir);
+/// The number of directories prepareOutputDirectory records at once.
+inline constexpr int kMaxTrackedDirectories = 16;
+
+/// Removes the directories prepareOutputDirectory recorded that are empty (innermost first), for
+/// a signal handler that then ends the process, after removeTempFilesNow: async-signal-safe
+/// (rmdir() and lock-free atomics). A directory that holds a file stays.
+void removeCreatedDirectoriesNow() noexcept;
 
 /// Removes each of `dirs` that is (by then) an empty directory, innermost first: what
 /// prepareOutputDirectory created for outputs that were never written. Never throws.
 void removeEmptyDirectories(const std::vector<std::filesystem::path>& dirs) noexcept;
 
 /// The directories prepareOutputDirectory created for a command's outputs: removed again when
-/// empty (removeEmptyDirectories) on destruction, unless kept once the outputs are written.
+/// empty (removeEmptyDirectories) on destruction, unless kept once the outputs are written. Its
+/// destruction also ends their records for removeCreatedDirectoriesNow.
 class CreatedDirectories {
  public:
   explicit CreatedDirectories(std::vector<std::filesystem::path> dirs) : dirs_(std::move(dirs)) {}
   CreatedDirectories(const CreatedDirectories&) = delete;
   CreatedDirectories& operator=(const CreatedDirectories&) = delete;
-  ~CreatedDirectories() {
-    if (!kept_) removeEmptyDirectories(dirs_);
-  }
+  ~CreatedDirectories();
   void keep() { kept_ = true; }
 
  private:
