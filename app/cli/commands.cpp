@@ -11,6 +11,7 @@
 #include <future>
 #include <iostream>
 #include <mutex>
+#include <optional>
 
 #include <signal.h>
 #include <unistd.h>
@@ -130,8 +131,7 @@ void writeToStderr(const char (&message)[N]) {
   }
 }
 
-// Async-signal-safe: atomics, write(), unlink() and rmdir() (in removeTempFilesNow and
-// removeCreatedDirectoriesNow), sigaction() and raise().
+// Async-signal-safe: atomics, write() and abandonOutputsAndRaise.
 extern "C" void onInterrupt(int signal) {
   const int saved = errno;
   int phase = kRunning;
@@ -143,43 +143,23 @@ extern "C" void onInterrupt(int signal) {
         "kmseg: interrupted: finishing the files being written first (Ctrl+C again stops at "
         "once and removes them)\n");
   } else {
-    // A second signal: the temporary files of the writes in progress go, and the directories
-    // made for the outputs that are empty then, then the process ends as the signal's default
-    // action ends it (the signal is blocked in its handler, so the raised one arrives when the
-    // handler returns).
-    removeTempFilesNow();
-    removeCreatedDirectoriesNow();
-    struct sigaction action {};
-    action.sa_handler = SIG_DFL;
-    sigemptyset(&action.sa_mask);
-    sigaction(signal, &action, nullptr);
-    raise(signal);
+    // A second signal: the process ends at once, without the outputs in progress.
+    abandonOutputsAndRaise(signal);
   }
   errno = saved;
 }
 
-/// Catches SIGINT, SIGTERM and SIGHUP (the terminal closed) while it lives, and restores the
-/// handlers it found. The first signal sets gInterrupted (and, while the files are written, says
-/// that they are finished first); a second one removes the temporary files in progress and ends the
-/// process with the signal's default action, so a process busy where no run checks the flag still
-/// ends. SA_RESTART: a read or write the signal meets goes on, rather than failing with EINTR
-/// (decoding a photo would then report it truncated).
+/// Catches SIGINT, SIGTERM and SIGHUP (the terminal closed) while it lives (StopSignalHandlers),
+/// and restores the handlers it found. The first signal sets gInterrupted (and, while the files
+/// are written, says that they are finished first); a second one removes the temporary files in
+/// progress and the empty output directories, and ends the process with the signal's default
+/// action, so a process busy where no run checks the flag still ends.
 class InterruptGuard {
  public:
   InterruptGuard() {
     gInterrupted.store(false);
     gPhase.store(kRunning);
-    struct sigaction action {};
-    action.sa_handler = onInterrupt;
-    sigemptyset(&action.sa_mask);
-    // Each signal's handler blocks the others, so a first and a second never interleave.
-    sigaddset(&action.sa_mask, SIGINT);
-    sigaddset(&action.sa_mask, SIGTERM);
-    sigaddset(&action.sa_mask, SIGHUP);
-    action.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &action, &oldInt_);
-    sigaction(SIGTERM, &action, &oldTerm_);
-    sigaction(SIGHUP, &action, &oldHup_);
+    handlers_.emplace(onInterrupt);
     // A write to a pipe whose reader has gone fails with EPIPE instead of killing the process,
     // which would leave the output directories it made (flushTable then stops the runs).
     gStdoutClosed.store(false);
@@ -188,12 +168,7 @@ class InterruptGuard {
     sigemptyset(&ignore.sa_mask);
     sigaction(SIGPIPE, &ignore, &oldPipe_);
   }
-  ~InterruptGuard() {
-    sigaction(SIGINT, &oldInt_, nullptr);
-    sigaction(SIGTERM, &oldTerm_, nullptr);
-    sigaction(SIGHUP, &oldHup_, nullptr);
-    sigaction(SIGPIPE, &oldPipe_, nullptr);
-  }
+  ~InterruptGuard() { sigaction(SIGPIPE, &oldPipe_, nullptr); }
   InterruptGuard(const InterruptGuard&) = delete;
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 
@@ -204,9 +179,7 @@ class InterruptGuard {
   }
 
  private:
-  struct sigaction oldInt_ {};
-  struct sigaction oldTerm_ {};
-  struct sigaction oldHup_ {};
+  std::optional<StopSignalHandlers> handlers_;
   struct sigaction oldPipe_ {};
 };
 

@@ -22,8 +22,7 @@ int gPipe[2] = {-1, -1};
 std::atomic<int> gCaught{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
 
-// Async-signal-safe: lock-free atomics, write(), unlink() and rmdir() (in removeTempFilesNow and
-// removeCreatedDirectoriesNow), sigaction() and raise().
+// Async-signal-safe: lock-free atomics, write() and abandonOutputsAndRaise.
 extern "C" void onCloseSignal(int signal) {
   const int saved = errno;
   int none = 0;
@@ -32,17 +31,8 @@ extern "C" void onCloseSignal(int signal) {
     // Non-blocking: a full pipe already holds a byte for the event loop.
     [[maybe_unused]] const ssize_t n = ::write(gPipe[1], &byte, 1);
   } else {
-    // A second signal: the temporary files of the writes in progress go, and the directories
-    // made for the outputs that are empty then, then the process ends as the signal's default
-    // action ends it (the signal is blocked in its handler, so the raised one arrives when the
-    // handler returns).
-    removeTempFilesNow();
-    removeCreatedDirectoriesNow();
-    struct sigaction action {};
-    action.sa_handler = SIG_DFL;
-    sigemptyset(&action.sa_mask);
-    sigaction(signal, &action, nullptr);
-    raise(signal);
+    // A second signal: the process ends at once, without the outputs in progress.
+    abandonOutputsAndRaise(signal);
   }
   errno = saved;
 }
@@ -72,25 +62,12 @@ CloseOnSignal::CloseOnSignal(QObject* parent) : QObject(parent) {
   }
   notifier_ = new QSocketNotifier(gPipe[0], QSocketNotifier::Read, this);
   connect(notifier_, &QSocketNotifier::activated, this, &CloseOnSignal::readPipe);
-  struct sigaction action {};
-  action.sa_handler = onCloseSignal;
-  sigemptyset(&action.sa_mask);
-  // Each signal's handler blocks the others, so a first and a second never interleave.
-  sigaddset(&action.sa_mask, SIGTERM);
-  sigaddset(&action.sa_mask, SIGINT);
-  sigaddset(&action.sa_mask, SIGHUP);
-  // A read or write the signal meets goes on rather than failing with EINTR.
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &action, &oldTerm_);
-  sigaction(SIGINT, &action, &oldInt_);
-  sigaction(SIGHUP, &action, &oldHup_);
+  handlers_.emplace(onCloseSignal);
 }
 
 CloseOnSignal::~CloseOnSignal() {
   if (gPipe[0] < 0) return;
-  sigaction(SIGTERM, &oldTerm_, nullptr);
-  sigaction(SIGINT, &oldInt_, nullptr);
-  sigaction(SIGHUP, &oldHup_, nullptr);
+  handlers_.reset();
   delete notifier_;
   ::close(gPipe[0]);
   ::close(gPipe[1]);

@@ -8,6 +8,9 @@
 #include <QObject>
 
 #include <csignal>
+#include <optional>
+
+#include "kmseg/export.h"
 
 class QSocketNotifier;
 
@@ -45,9 +48,7 @@ class CloseOnSignal : public QObject {
   void readPipe();
 
   QSocketNotifier* notifier_ = nullptr;
-  struct sigaction oldTerm_ {};
-  struct sigaction oldInt_ {};
-  struct sigaction oldHup_ {};
+  std::optional<StopSignalHandlers> handlers_;
 };
 
 }  // namespace kmseg::gui

@@ -739,6 +739,33 @@ void removeCreatedDirectoriesNow() noexcept {
   }
 }
 
+void abandonOutputsAndRaise(int signal) noexcept {
+  removeTempFilesNow();
+  removeCreatedDirectoriesNow();
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(signal, &action, nullptr);
+  ::raise(signal);
+}
+
+namespace {
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+}  // namespace
+
+StopSignalHandlers::StopSignalHandlers(void (*handler)(int)) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  for (const int s : kStopSignals) sigaddset(&action.sa_mask, s);
+  action.sa_flags = SA_RESTART;
+  for (int i = 0; i < 3; ++i) ::sigaction(kStopSignals[i], &action, &old_[i]);
+}
+
+StopSignalHandlers::~StopSignalHandlers() {
+  for (int i = 0; i < 3; ++i) ::sigaction(kStopSignals[i], &old_[i], nullptr);
+}
+
 CreatedDirectories::~CreatedDirectories() {
   if (!kept_) removeEmptyDirectories(dirs_);
   untrackDirectories(dirs_);

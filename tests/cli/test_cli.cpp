@@ -378,6 +378,33 @@ TEST(Cli, AClosedStandardOutputStopsTheRunsAndWritesNothing) {
   EXPECT_TRUE(fs::is_empty(out.parent_path()));
 }
 
+// A PNG of `width` x `height` pixels of noise in 256 colours: its maps compress slowly.
+void writeNoisePng(const fs::path& path, int width, int height, std::uint32_t seed) {
+  std::vector<std::int32_t> noise(std::size_t(width) * height);
+  for (auto& v : noise) {
+    seed = seed * 1664525u + 1013904223u;
+    v = std::int32_t(seed >> 24);
+  }
+  writeColorPng(path, noise, width, height, makePalette(256));
+}
+
+// Starts `args` (the executable first) with its standard output to /dev/null and its standard
+// error to `err` (/dev/null when empty); returns its process id, or -1.
+pid_t spawnQuietly(std::vector<std::string> args, const fs::path& err) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.empty() ? "/dev/null" : err.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int failed = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  return failed ? -1 : pid;
+}
+
 // Names of the temporary files of atomic writes (".NAME.tmp-XXXXXX") in `dir`.
 std::vector<std::string> temporaryFiles(const fs::path& dir) {
   std::vector<std::string> names;
@@ -397,32 +424,15 @@ TEST(Cli, ASecondInterruptWhileWritingLeavesNoTemporaryFile) {
   const char* exe = std::getenv("KMSEG_CLI");
   ASSERT_TRUE(exe);
   const fs::path tmp = test::freshTempDir("cli-interrupt-writing");
-  // Noise: its maps compress slowly, so the writing takes a while.
-  std::vector<std::int32_t> noise(2000 * 1500);
-  std::uint32_t state = 12345;
-  for (auto& v : noise) {
-    state = state * 1664525u + 1013904223u;
-    v = std::int32_t(state >> 24);
-  }
-  writeColorPng(tmp / "noise.png", noise, 2000, 1500, makePalette(256));
+  // Noise, so that the writing takes a while.
+  writeNoisePng(tmp / "noise.png", 2000, 1500, 12345);
   const fs::path out = tmp / "out";
   const fs::path err = tmp / "err";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> args = {exe,         "compare",    (tmp / "noise.png").string(),
-                                   "-k",        "4",          "--modes",
-                                   "fp32,fp64", "--max-iter", "2",
-                                   "--backend", "cpu",        "-q",
-                                   "-o",        out.string()};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, exe, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid =
+      spawnQuietly({exe, "compare", (tmp / "noise.png").string(), "-k", "4", "--modes", "fp32,fp64",
+                    "--max-iter", "2", "--backend", "cpu", "-q", "-o", out.string()},
+                   err);
+  ASSERT_GT(pid, 0);
 
   // Polls `ready` until it holds; false once the process has ended (its status in `status`).
   int status = 0;
@@ -478,28 +488,13 @@ TEST(Cli, ASecondSignalBeforeWritingRemovesTheDirectoriesItMade) {
   const char* exe = std::getenv("KMSEG_CLI");
   ASSERT_TRUE(exe);
   const fs::path tmp = test::freshTempDir("cli-interrupt-directories");
-  std::vector<std::int32_t> noise(1000 * 800);
-  std::uint32_t state = 54321;
-  for (auto& v : noise) {
-    state = state * 1664525u + 1013904223u;
-    v = std::int32_t(state >> 24);
-  }
-  writeColorPng(tmp / "noise.png", noise, 1000, 800, makePalette(256));
+  writeNoisePng(tmp / "noise.png", 1000, 800, 54321);
   const fs::path out = tmp / "made" / "for" / "outputs";
-  std::vector<std::string> args = {exe,         "compare",   (tmp / "noise.png").string(),
-                                   "-k",        "16",        "--modes",
-                                   "fp32,fp64", "--backend", "cpu",
-                                   "-q",        "-o",        out.string()};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, exe, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid =
+      spawnQuietly({exe, "compare", (tmp / "noise.png").string(), "-k", "16", "--modes",
+                    "fp32,fp64", "--backend", "cpu", "-q", "-o", out.string()},
+                   fs::path());
+  ASSERT_GT(pid, 0);
   int status = 0;
   bool ended = false;
   while (!fs::exists(out)) {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 
+#include <signal.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -84,6 +86,28 @@ inline constexpr int kMaxTrackedDirectories = 16;
 /// a signal handler that then ends the process, after removeTempFilesNow: async-signal-safe
 /// (rmdir() and lock-free atomics). A directory that holds a file stays.
 void removeCreatedDirectoriesNow() noexcept;
+
+/// What a signal handler does on a second signal, to end the process at once: removes the
+/// temporary files of the writes in progress and then the empty directories made for outputs
+/// (removeTempFilesNow, removeCreatedDirectoriesNow), restores `signal`'s default action and
+/// raises it. The signal is blocked in its handler, so the process ends by it when the handler
+/// returns. Async-signal-safe (unlink(), rmdir(), sigaction(), raise(), lock-free atomics).
+void abandonOutputsAndRaise(int signal) noexcept;
+
+/// Installs `handler` for the signals that ask a process to stop, SIGINT, SIGTERM and SIGHUP, while
+/// it lives, and then restores the handlers it found. Each signal's handler blocks the others, so a
+/// first and a second never interleave; SA_RESTART, so that a read or write a signal meets goes on
+/// rather than failing with EINTR (decoding a photo would then report it truncated).
+class StopSignalHandlers {
+ public:
+  explicit StopSignalHandlers(void (*handler)(int));
+  ~StopSignalHandlers();
+  StopSignalHandlers(const StopSignalHandlers&) = delete;
+  StopSignalHandlers& operator=(const StopSignalHandlers&) = delete;
+
+ private:
+  struct sigaction old_[3];
+};
 
 /// Removes each of `dirs` that is (by then) an empty directory, innermost first: what
 /// prepareOutputDirectory created for outputs that were never written. Never throws.
