@@ -22,10 +22,11 @@ const char* closeSignalName(int signal);
 /// Catches SIGTERM, SIGINT and SIGHUP while it lives and restores the handlers it found. The
 /// first signal is passed to the event loop (closeRequested), where the application closes its
 /// windows: the runs are cancelled, the settings saved, and the exports being written finish
-/// (the controller waits for them). A second signal, when closing takes too long, removes the
-/// temporary files of the writes in progress (removeTempFilesNow) and ends the process by the
-/// signal's default action. One instance at a time (the handler has one pipe to write to);
-/// construct it in the thread of the event loop.
+/// (the controller waits for them). A second signal, when closing takes too long, ends the
+/// process at once by the signal's default action, after removing the temporary files of the
+/// writes in progress and the empty folders made for them (abandonOutputsAndRaise). One instance
+/// at a time (the handler has one pipe to write to); construct it in the thread of the event
+/// loop.
 class CloseOnSignal : public QObject {
   Q_OBJECT
  public:
