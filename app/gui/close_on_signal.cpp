@@ -79,17 +79,7 @@ int CloseOnSignal::caught() const {
 }
 
 void CloseOnSignal::endByCaughtSignal() const {
-  const int signal = caught();
-  if (signal == 0) return;
-  struct sigaction action {};
-  action.sa_handler = SIG_DFL;
-  sigemptyset(&action.sa_mask);
-  sigaction(signal, &action, nullptr);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, signal);
-  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-  raise(signal);
+  if (const int signal = caught(); signal != 0) raiseWithDefaultAction(signal);
 }
 
 void CloseOnSignal::readPipe() {

@@ -742,6 +742,10 @@ void removeCreatedDirectoriesNow() noexcept {
 void abandonOutputsAndRaise(int signal) noexcept {
   removeTempFilesNow();
   removeCreatedDirectoriesNow();
+  raiseWithDefaultAction(signal);
+}
+
+void raiseWithDefaultAction(int signal) noexcept {
   struct sigaction action {};
   action.sa_handler = SIG_DFL;
   sigemptyset(&action.sa_mask);
@@ -777,8 +781,9 @@ std::vector<fs::path> prepareOutputDirectory(const fs::path& dir) {
   const fs::file_status st = fs::status(d, ec);
   if (fs::exists(st) && !fs::is_directory(st))
     throwIo("use output directory", d, "it exists and is not a directory");
+  const bool missing = !fs::exists(st);
   std::vector<fs::path> created;
-  if (!fs::exists(st)) {
+  if (missing) {
     // The missing directories, outermost first, as create_directories makes them: one per
     // prefix of the path as given, so that "a/../b" records a as well as b (each in its
     // normal form; "." and ".." steps and a trailing "/" name no new directory).
@@ -792,31 +797,26 @@ std::vector<fs::path> prepareOutputDirectory(const fs::path& dir) {
           created.push_back(normal);
       }
     }
-    trackDirectories(created);
-    fs::create_directories(d, ec);
-    if (ec) {
-      removeEmptyDirectories(created);
-      untrackDirectories(created);
-      throwIo("create output directory", d, ec.message());
-    }
   }
   // On failure the directories go again, and their records with them; on success the records
   // pass to the caller's CreatedDirectories.
-  struct Undo {
-    const std::vector<fs::path>& dirs;
-    bool kept = false;
-    ~Undo() {
-      if (kept) return;
-      removeEmptyDirectories(dirs);
-      untrackDirectories(dirs);
+  const auto undo = [&] {
+    removeEmptyDirectories(created);
+    untrackDirectories(created);
+  };
+  if (missing) {
+    trackDirectories(created);
+    fs::create_directories(d, ec);
+    if (ec) {
+      undo();
+      throwIo("create output directory", d, ec.message());
     }
-  } undo{created};
-  if (::access(d.c_str(), W_OK | X_OK) != 0) {
-    const int err = errno;
+  }
+  const int err = ::access(d.c_str(), W_OK | X_OK) != 0 ? errno : probeDirectory(d);
+  if (err != 0) {
+    undo();
     throwIo("write to output directory", d, errnoText(err));
   }
-  if (const int err = probeDirectory(d)) throwIo("write to output directory", d, errnoText(err));
-  undo.kept = true;
   return created;
 }
 

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -405,6 +406,19 @@ pid_t spawnQuietly(std::vector<std::string> args, const fs::path& err) {
   return failed ? -1 : pid;
 }
 
+// Polls `ready` until it holds; false once process `pid` has ended (its status in `status`,
+// `ended` set).
+bool waitUntil(pid_t pid, const std::function<bool()>& ready, int& status, bool& ended) {
+  while (!ready()) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      ended = true;
+      return false;
+    }
+    ::usleep(200);
+  }
+  return true;
+}
+
 // Names of the temporary files of atomic writes (".NAME.tmp-XXXXXX") in `dir`.
 std::vector<std::string> temporaryFiles(const fs::path& dir) {
   std::vector<std::string> names;
@@ -434,25 +448,17 @@ TEST(Cli, ASecondInterruptWhileWritingLeavesNoTemporaryFile) {
                    err);
   ASSERT_GT(pid, 0);
 
-  // Polls `ready` until it holds; false once the process has ended (its status in `status`).
   int status = 0;
   bool ended = false;
-  const auto waitUntil = [&](const auto& ready) {
-    while (!ready()) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        ended = true;
-        return false;
-      }
-      ::usleep(200);
-    }
-    return true;
+  const auto waitFor = [&](const std::function<bool()>& ready) {
+    return waitUntil(pid, ready, status, ended);
   };
-  ASSERT_TRUE(waitUntil([&] { return !temporaryFiles(out).empty(); })) << readAll(err);
+  ASSERT_TRUE(waitFor([&] { return !temporaryFiles(out).empty(); })) << readAll(err);
   ASSERT_EQ(::kill(pid, SIGINT), 0);
-  ASSERT_TRUE(waitUntil([&] { return readAll(err).find("finishing") != std::string::npos; }))
+  ASSERT_TRUE(waitFor([&] { return readAll(err).find("finishing") != std::string::npos; }))
       << "no word of the files being finished: " << readAll(err);
   bool sent = false;
-  while (!sent && waitUntil([&] { return !temporaryFiles(out).empty(); })) {
+  while (!sent && waitFor([&] { return !temporaryFiles(out).empty(); })) {
     ASSERT_EQ(::kill(pid, SIGSTOP), 0);
     int stopped = 0;
     ASSERT_EQ(::waitpid(pid, &stopped, WUNTRACED), pid);
@@ -497,14 +503,9 @@ TEST(Cli, ASecondSignalBeforeWritingRemovesTheDirectoriesItMade) {
   ASSERT_GT(pid, 0);
   int status = 0;
   bool ended = false;
-  while (!fs::exists(out)) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      ended = true;
-      break;
-    }
-    ::usleep(200);
-  }
-  ASSERT_FALSE(ended) << "ended before its output directory was seen";
+  ASSERT_TRUE(waitUntil(
+      pid, [&] { return fs::exists(out); }, status, ended))
+      << "ended before its output directory was seen";
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
   int stopped = 0;
   ASSERT_EQ(::waitpid(pid, &stopped, WUNTRACED), pid);

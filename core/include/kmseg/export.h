@@ -94,6 +94,10 @@ void removeCreatedDirectoriesNow() noexcept;
 /// returns. Async-signal-safe (unlink(), rmdir(), sigaction(), raise(), lock-free atomics).
 void abandonOutputsAndRaise(int signal) noexcept;
 
+/// Restores `signal`'s default action and raises it: the process ends by the signal (at once, or
+/// when a handler that blocks it returns). Async-signal-safe (sigaction(), raise()).
+void raiseWithDefaultAction(int signal) noexcept;
+
 /// Installs `handler` for the signals that ask a process to stop, SIGINT, SIGTERM and SIGHUP, while
 /// it lives, and then restores the handlers it found. Each signal's handler blocks the others, so a
 /// first and a second never interleave; SA_RESTART, so that a read or write a signal meets goes on
