@@ -10,6 +10,7 @@
 #include <chrono>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <new>
 
 #include "image_convert.h"
@@ -531,12 +532,12 @@ bool Controller::exportAll(const QString& dir) {
     if (!outcome_ || outcome_->readyRows() == 0)
       throw InvalidArgument("there is no result to export yet: run a segmentation first");
     const std::filesystem::path d = toPath(dir);
-    // A folder made here goes again if a file name is refused.
-    CreatedDirectories made(prepareOutputDirectory(d));
+    // A folder made here goes again if a file name is refused, or if the export ends before it
+    // wrote into the folder (an error, or a second stop signal: it stays recorded until then).
+    auto made = std::make_shared<CreatedDirectories>(prepareOutputDirectory(d));
     OutputFiles files = exportFiles(*outcome_, d);
     const auto paths = files.all();
     for (const auto& p : paths) checkOutputFile(p);
-    made.keep();
     exportingAll_ = true;
     std::shared_ptr<const RunOutcome> o = outcome_;
     auto* watcher = new QFutureWatcher<std::exception_ptr>(this);
@@ -551,17 +552,20 @@ bool Controller::exportAll(const QString& dir) {
         emit exportedAll(dir, count);
       }
     });
-    watcher->setFuture(QtConcurrent::run(&ioPool_, [o, files = std::move(files)] {
-      try {
-        const Report report = makeReport(*o);
-        writeMaps(files, report, o->palette, hardwareThreads());
-        writeFileAtomic(files.json, reportJson(report));
-        writeFileAtomic(files.csv, reportCsv(report));
-        return std::exception_ptr();
-      } catch (...) {
-        return std::current_exception();
-      }
-    }));
+    watcher->setFuture(QtConcurrent::run(
+        &ioPool_, [o, made = std::move(made), files = std::move(files)]() mutable {
+          try {
+            const Report report = makeReport(*o);
+            writeMaps(files, report, o->palette, hardwareThreads());
+            writeFileAtomic(files.json, reportJson(report));
+            writeFileAtomic(files.csv, reportCsv(report));
+            made->keep();
+            return std::exception_ptr();
+          } catch (...) {
+            made.reset();  // before the error is shown: the folder goes if nothing was written
+            return std::current_exception();
+          }
+        }));
     return true;
   } catch (...) {
     const UserError e = exportError(std::current_exception(), dir);

@@ -33,7 +33,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -981,6 +984,56 @@ TEST_F(GuiWindow, ExportAllChecksEveryFileFirst) {
   for (const QString& f : files.mid(0, files.size() - 1))
     EXPECT_FALSE(QFileInfo::exists(f)) << f.toStdString();
   EXPECT_FALSE(controller()->isExportingAll());
+}
+
+// A file size limit of one byte for the test's process (its writes fail with EFBIG, and
+// SIGXFSZ, which would end the process, is ignored), restored when it goes.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old_);
+    previous_ = std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{bytes, old_.rlim_max};
+    ok_ = setrlimit(RLIMIT_FSIZE, &limit) == 0;
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, previous_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  void (*previous_)(int) = SIG_DFL;
+  bool ok_ = false;
+};
+
+// An export of all results whose files cannot be written (here: a file size limit the maps
+// exceed) reports the error and removes the folders it made for them, as `kmseg compare` does.
+TEST_F(GuiWindow, AFailedExportAllRemovesTheFoldersItMade) {
+  const QString path = kmseg::test::smallPhoto("gui-export-all-fails");
+  open(path);
+  runAndWait(fastParams(4, 5), false);
+  const auto parent = kmseg::test::freshTempDir("gui-export-all-fails-out");
+  const auto dir = parent / "made" / "for it";
+  QSignalSpy errors(controller(), &Controller::errorOccurred);
+  QSignalSpy exported(controller(), &Controller::exportedAll);
+  {
+    FileSizeLimit limit(1);
+    ASSERT_TRUE(limit.ok());
+    ASSERT_TRUE(window_->exportAllTo(QString::fromStdString(dir.string())))
+        << window_->lastError().toStdString();
+    ASSERT_TRUE(waitFor([&] { return !controller()->isExportingAll(); }));
+  }
+  for (auto* box : window_->findChildren<QMessageBox*>()) box->close();
+  EXPECT_EQ(exported.count(), 0);
+  ASSERT_EQ(errors.count(), 1);
+  EXPECT_TRUE(errors.at(0).at(1).toString().contains(QStringLiteral("too large")))
+      << errors.at(0).at(1).toString().toStdString();
+  EXPECT_FALSE(std::filesystem::exists(parent / "made"));
+  EXPECT_TRUE(std::filesystem::is_empty(parent));
 }
 
 TEST_F(GuiWindow, ExportsEveryFileAndTheyReadBack) {
