@@ -559,10 +559,13 @@ bool Controller::exportAll(const QString& dir) {
             writeMaps(files, report, o->palette, hardwareThreads());
             writeFileAtomic(files.json, reportJson(report));
             writeFileAtomic(files.csv, reportCsv(report));
+            // The folders' records end here, before the export's end is reported and another
+            // can make folders (they are made and given back by one thread at a time).
             made->keep();
+            made.reset();
             return std::exception_ptr();
           } catch (...) {
-            made.reset();  // before the error is shown: the folder goes if nothing was written
+            made.reset();  // the folders go if nothing was written into them
             return std::current_exception();
           }
         }));
