@@ -534,7 +534,7 @@ bool Controller::exportAll(const QString& dir) {
     const std::filesystem::path d = toPath(dir);
     // A folder made here goes again if a file name is refused, or if the export ends before it
     // wrote into the folder (an error, or a second stop signal: it stays recorded until then).
-    auto made = std::make_shared<CreatedDirectories>(prepareOutputDirectory(d));
+    auto made = std::make_unique<CreatedDirectories>(prepareOutputDirectory(d));
     OutputFiles files = exportFiles(*outcome_, d);
     const auto paths = files.all();
     for (const auto& p : paths) checkOutputFile(p);

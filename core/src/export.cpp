@@ -781,9 +781,14 @@ std::vector<fs::path> prepareOutputDirectory(const fs::path& dir) {
   const fs::file_status st = fs::status(d, ec);
   if (fs::exists(st) && !fs::is_directory(st))
     throwIo("use output directory", d, "it exists and is not a directory");
-  const bool missing = !fs::exists(st);
   std::vector<fs::path> created;
-  if (missing) {
+  // On failure the directories go again, and their records with them; on success the records
+  // pass to the caller's CreatedDirectories.
+  const auto undo = [&] {
+    removeEmptyDirectories(created);
+    untrackDirectories(created);
+  };
+  if (!fs::exists(st)) {
     // The missing directories, outermost first, as create_directories makes them: one per
     // prefix of the path as given, so that "a/../b" records a as well as b (each in its
     // normal form; "." and ".." steps and a trailing "/" name no new directory).
@@ -797,14 +802,6 @@ std::vector<fs::path> prepareOutputDirectory(const fs::path& dir) {
           created.push_back(normal);
       }
     }
-  }
-  // On failure the directories go again, and their records with them; on success the records
-  // pass to the caller's CreatedDirectories.
-  const auto undo = [&] {
-    removeEmptyDirectories(created);
-    untrackDirectories(created);
-  };
-  if (missing) {
     trackDirectories(created);
     fs::create_directories(d, ec);
     if (ec) {
