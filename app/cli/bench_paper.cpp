@@ -164,7 +164,7 @@ void runBlobBench(const BenchOptions& o) {
                 "time [s]", "speedup", "SSE", "ARI", "AMI", "Diff %", "fallback%");
     auto row = [&](const std::string& name, const KMeansResult& r, double t, double dev,
                    const Comparison* c) {
-      const std::string stop(stopReasonName(r.stop));
+      const std::string stop = stopReasonText(r.stop, r.cyclePeriod);
       std::printf("%-10s %5d  %-18s %9.3f %7.2fx %16.6f %9.6f %9.6f %8.4f %9.3f\n", name.c_str(),
                   r.iterations, stop.c_str(), t, t > 0 ? reference / t : 0.0, r.sse,
                   c ? c->ari : 1.0, c ? c->ami : 1.0, c ? c->diffPercent : 0.0,

@@ -76,7 +76,7 @@ namespace {
 
 std::string formatRow(const char* mode, const KMeansResult& r, const Comparison* c) {
   char buf[256];
-  const std::string stop(stopReasonName(r.stop));
+  const std::string stop = stopReasonText(r.stop, r.cyclePeriod);
   const std::string time = secondsText(r.seconds);
   if (c) {
     std::snprintf(buf, sizeof buf, "%-10s %5d  %-18s %9s  %14.6f  %8.4f  %8.6f  %8.6f  %8.3f", mode,

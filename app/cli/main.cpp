@@ -81,6 +81,11 @@ void addCommonOptions(CLI::App& cmd, Options& o, RawOptions& raw) {
   cmd.add_flag(
       "--no-cycle-stop", raw.noCycleStop,
       "Do not stop when labels repeat those of two iterations earlier (the paper's rules)");
+  cmd.add_flag("--repeat-stop", p.detectRepeats,
+               "Also stop when the centres repeat those of 2 to " +
+                   std::to_string(kmseg::kRepeatWindow) +
+                   " iterations earlier: a cycle of any such length, found exactly once it has "
+                   "run twice (the stop column then says 'N-cycle')");
   cmd.add_option("--color-space", raw.colorSpace, "Colour features: rgb or lab")
       ->capture_default_str();
   cmd.add_option("--normalization", raw.normalization, "Per-column normalisation: minmax or zscore")

@@ -66,6 +66,7 @@ GuiParams loadParams(QSettings& s) {
   km.maxIterations = boundedInt(s, "maxIterations", km.maxIterations, 1, 1000000);
   km.tolerance = boundedDouble(s, "tolerance", km.tolerance, 0.0, 1.0);
   km.detectCycles = s.value("detectCycles", km.detectCycles).toBool();
+  km.detectRepeats = s.value("detectRepeats", km.detectRepeats).toBool();
   km.threads = boundedInt(s, "threads", km.threads, 0, kMaxThreads);
   p.features.colorSpace = parsed(s, "colorSpace", p.features.colorSpace,
                                  [](const std::string& n) { return parseColorSpace(n); });
@@ -94,6 +95,7 @@ void saveParams(QSettings& s, const GuiParams& p) {
   s.setValue("maxIterations", km.maxIterations);
   s.setValue("tolerance", km.tolerance);
   s.setValue("detectCycles", km.detectCycles);
+  s.setValue("detectRepeats", km.detectRepeats);
   s.setValue("threads", km.threads);
   s.setValue("colorSpace", name(colorSpaceName(p.features.colorSpace)));
   s.setValue("normalization", name(normalizationName(p.features.normalization)));

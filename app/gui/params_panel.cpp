@@ -150,6 +150,14 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
   cycles_->setToolTip(tr("Off reproduces the paper's stop rules exactly"));
   form->addRow(cycles_);
 
+  repeats_ = new QCheckBox(tr("Stop on a longer cycle"), this);
+  repeats_->setToolTip(
+      tr("Also stop when the centres repeat those of 2 to %1 iterations earlier: the run would "
+         "repeat them until the iteration cap. Found exactly once the cycle has run twice; the "
+         "stop reason says its length (\"4-cycle\"). Off: the paper's stop rules")
+          .arg(kRepeatWindow));
+  form->addRow(repeats_);
+
   colorSpace_ = new QComboBox(this);
   colorSpace_->addItem(QStringLiteral("RGB"), QStringLiteral("rgb"));
   colorSpace_->addItem(QStringLiteral("CIE Lab"), QStringLiteral("lab"));
@@ -244,6 +252,7 @@ ParamsPanel::ParamsPanel(QWidget* parent) : QWidget(parent) {
     changed();
   });
   connect(cycles_, &QCheckBox::toggled, this, changed);
+  connect(repeats_, &QCheckBox::toggled, this, changed);
   connect(backend_, &QComboBox::currentIndexChanged, this, [this, changed] {
     changed();
     emit backendChanged();
@@ -267,6 +276,7 @@ GuiParams ParamsPanel::params() const {
   km.maxIterations = maxIterations_->value();
   km.tolerance = lastTolerance_;
   km.detectCycles = cycles_->isChecked();
+  km.detectRepeats = repeats_->isChecked();
   km.threads = threads_->value();
   p.features.colorSpace = parseColorSpace(dataOf(colorSpace_));
   p.features.normalization = parseNormalization(dataOf(normalization_));
@@ -292,6 +302,7 @@ void ParamsPanel::setParams(const GuiParams& p) {
   lastTolerance_ = tolerable ? km.tolerance : defaultParams().workflow.kmeans.tolerance;
   tolerance_->setText(toleranceText(lastTolerance_));
   cycles_->setChecked(km.detectCycles);
+  repeats_->setChecked(km.detectRepeats);
   selectData(colorSpace_, qs(colorSpaceName(p.features.colorSpace)));
   selectData(normalization_, qs(normalizationName(p.features.normalization)));
   spatialWeight_->setValue(p.features.spatialWeight);

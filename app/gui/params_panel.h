@@ -64,6 +64,7 @@ class ParamsPanel : public QWidget {
   QSpinBox* maxIterations_ = nullptr;
   QLineEdit* tolerance_ = nullptr;
   QCheckBox* cycles_ = nullptr;
+  QCheckBox* repeats_ = nullptr;
   QComboBox* colorSpace_ = nullptr;
   QComboBox* normalization_ = nullptr;
   QDoubleSpinBox* spatialWeight_ = nullptr;

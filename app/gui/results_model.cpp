@@ -95,8 +95,7 @@ Qt::ItemFlags ResultsModel::flags(const QModelIndex& index) const {
 QString ResultsModel::stopText(const KMeansResult& result, int maxIterations) {
   if (result.stop == StopReason::MaxIterations)
     return tr("iteration cap (%1) — not converged").arg(maxIterations);
-  const auto name = stopReasonName(result.stop);
-  return QString::fromUtf8(name.data(), qsizetype(name.size()));
+  return QString::fromStdString(stopReasonText(result.stop, result.cyclePeriod));
 }
 
 QString ResultsModel::durationText(double seconds) {

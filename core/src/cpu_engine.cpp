@@ -85,6 +85,32 @@ T pairwiseSum(const T* v, std::size_t lo, std::size_t hi, std::size_t stride) {
   return pairwiseSum(v, lo, mid, stride) + pairwiseSum(v, mid, hi, stride);
 }
 
+/// The repeat rule (lloyd_rules.h) after iteration `it`, whose centres are `c`: the period when
+/// they equal the candidate's copy, else 0 (and a new candidate when their hash meets one of the
+/// window's).
+template <class WT>
+int repeatStep(int it, const std::vector<WT>& c, std::vector<std::uint64_t>& hashes,
+               std::vector<WT>& copy, RepeatSearch& rs) {
+  std::uint64_t h = 0;
+  for (std::size_t e = 0; e < c.size(); ++e) h += repeatHashTerm(entryBits(c[e]), e);
+  int period = 0;
+  if (rs.checksAt(it)) {
+    // Bit for bit: memcmp, not ==, which would take -0 for +0.
+    if (std::memcmp(c.data(), copy.data(), c.size() * sizeof(WT)) == 0) period = rs.period;
+    rs = {};
+  }
+  if (period == 0 && rs.candidate == 0) {
+    for (int s = it - 2; s >= RepeatSearch::firstLookedAt(it); --s)
+      if (hashes[std::size_t(s % kRepeatWindow)] == h) {
+        rs = {it, it - s};
+        copy = c;
+        break;
+      }
+  }
+  hashes[std::size_t(it % kRepeatWindow)] = h;
+  return period;
+}
+
 // Everything one mode needs, in its number types:
 //   LowT  precision of the expanded formula (Math<LowT>)
 //   HighT precision of the fallback direct formula (void for uniform modes)
@@ -907,6 +933,11 @@ struct Lloyd {
     std::vector<std::int32_t> labels(n, -1), older(n, -1);
     std::vector<std::int64_t> counts;
     std::vector<WT> sums, newC(k * d);
+    // The repeat rule: the hashes of the last kRepeatWindow iterations' centres, and the copy of
+    // the candidate's.
+    std::vector<std::uint64_t> repeatHashes(params.detectRepeats ? kRepeatWindow : 0);
+    std::vector<WT> repeatCopy;
+    RepeatSearch repeat;
     const auto t0 = std::chrono::steady_clock::now();
     for (int it = 1;; ++it) {
       if (control.cancelled()) throw Cancelled();
@@ -942,12 +973,17 @@ struct Lloyd {
       r.emptyClusterEvents += st.emptyClusters;
       r.trace.push_back(st);
       if (control.progress) control.progress(st);
+      const int repeatPeriod =
+          params.detectRepeats ? repeatStep(it, cw, repeatHashes, repeatCopy, repeat) : 0;
       StopReason reason{};
       if (shouldStop({it, params.maxIterations, st.changed, st.emptyClusters, sameAsTwoAgo,
-                      params.detectCycles, st.centreShift, params.tolerance},
+                      params.detectCycles, st.centreShift, params.tolerance, repeatPeriod},
                      &reason)) {
         r.iterations = it;
         r.stop = reason;
+        r.cyclePeriod = reason == StopReason::Cycle    ? 2
+                        : reason == StopReason::Repeat ? repeatPeriod
+                                                       : 0;
         break;
       }
     }

@@ -52,10 +52,17 @@ std::string_view stopReasonName(StopReason r) {
       return "2-cycle";
     case StopReason::CentreShift:
       return "centre shift < tol";
+    case StopReason::Repeat:
+      return "cycle";
     case StopReason::MaxIterations:
       break;
   }
   return "iteration cap";
+}
+
+std::string stopReasonText(StopReason r, int cyclePeriod) {
+  if (r == StopReason::Repeat) return std::to_string(cyclePeriod) + "-cycle";
+  return std::string(stopReasonName(r));
 }
 
 void validate(const KMeansParams& p, std::size_t n) {

@@ -163,7 +163,9 @@ struct DeviceState {
   int iteration;                 // completed iterations
   int stop;                      // 1 once the stop test said so
   int reason;                    // StopReason
+  int cyclePeriod;               // KMeansResult::cyclePeriod
   int cancelled;                 // 1 when the host's cancel flag ended the loop
+  RepeatSearch repeat;           // the repeat rule's candidate (KMeansParams::detectRepeats)
 };
 
 /// Pinned mapped host memory shared with the running graph.
@@ -267,6 +269,11 @@ struct Args {
   int* reseedLen;
   int reseedBlocks, reseedList;
   int traceSse, detectCycles;
+  // The repeat rule (KMeansParams::detectRepeats), else null: the hashes of the last
+  // kRepeatWindow iterations' centres (slot t % kRepeatWindow: iteration t's) and the copy of the
+  // candidate's centres.
+  unsigned long long* repeatHashes;
+  WT* repeatCopy;
   int hostLoop;  // 1: the host drives the loop (no graph, no conditional nodes to set)
   double tolerance;
   cudaGraphConditionalHandle whileHandle;
@@ -2651,6 +2658,50 @@ __device__ inline double shiftOfLanes(double m, double z, double* lanes) {
   return centreShiftOfSums(m, z);
 }
 
+/// The repeat rule (lloyd_rules.h) once update() has written iteration `it`'s centres to a.cw
+/// (the block's threads past a barrier since), by warp 0 alone, with no shared memory and no
+/// block barrier (a block-wide version, its warps' hashes summed through shared memory, made
+/// racecheck report hazards between those writes and the reads past the barrier that separated
+/// them, after the update's named barrier of its first 256 threads). Returns, in every lane, the
+/// period when the centres equal the candidate's copy, else 0; lane 0 records the hash and the
+/// next candidate when the hash meets one of the window's (the latest such iteration).
+template <class A>
+__device__ int repeatStep(const A& a, int it) {
+  const int lane = int(threadIdx.x & 31);
+  const int kd = a.k * a.d;
+  const RepeatSearch rs = a.state->repeat;
+  const bool check = rs.checksAt(it);
+  unsigned long long h = 0;  // the terms' sum wraps: any order gives the same hash
+  bool same = true;
+  for (int e = lane; e < kd; e += 32) {
+    const std::uint64_t bits = entryBits(a.cw[e]);
+    h += repeatHashTerm(bits, std::uint64_t(e));
+    if (check) same = same && bits == entryBits(a.repeatCopy[e]);
+  }
+  for (int o = 16; o > 0; o >>= 1) h += __shfl_xor_sync(0xffffffffu, h, o);
+  same = __all_sync(0xffffffffu, same);
+  const int period = check && same ? rs.period : 0;
+  int found = 0;
+  if (period == 0 && (rs.candidate == 0 || check)) {
+    // Each lane's first match is its latest; the warp takes the latest of the lanes'.
+    for (int t = it - 2 - lane; t >= RepeatSearch::firstLookedAt(it); t -= 32)
+      if (a.repeatHashes[t % kRepeatWindow] == h) {
+        found = t;
+        break;
+      }
+    for (int o = 16; o > 0; o >>= 1) found = max(found, __shfl_xor_sync(0xffffffffu, found, o));
+    if (found > 0)
+      for (int e = lane; e < kd; e += 32) a.repeatCopy[e] = a.cw[e];
+  }
+  __syncwarp();  // every lane has read the slot lane 0 writes, and the candidate
+  if (lane == 0) {
+    a.repeatHashes[it % kRepeatWindow] = h;
+    if (check) a.state->repeat = RepeatSearch{};
+    if (found > 0) a.state->repeat = RepeatSearch{it, it - found};
+  }
+  return period;
+}
+
 /// New centres (sum / count in W, an empty cluster keeps its centre), the centre shift, the stop
 /// test, the trace entry, and the low/high centre copies for the next iteration. One block;
 /// `smem` holds kUpdateShared<WT> bytes.
@@ -2736,14 +2787,19 @@ __device__ void update(const A& a, unsigned char* smem) {
     for (int j = threadIdx.x; j < a.k; j += blockDim.x)
       a.ccl[j] = squaredNorm<LowT>(a.cl + j * a.d, a.d);
   }
+  // Warp 0's iteration: thread 0 alone writes the state, after the barriers above.
+  const int repeatPeriod = a.repeatHashes && threadIdx.x < 32 ? repeatStep(a, s.iteration + 1) : 0;
   if (threadIdx.x == 0) {
     a.trace[it - 1] = t;
     StopReason reason{};
     const bool stop = shouldStop({it, a.maxIterations, t.changed, t.empty, sameAsTwoAgo,
-                                  a.detectCycles != 0, t.shift, a.tolerance},
+                                  a.detectCycles != 0, t.shift, a.tolerance, repeatPeriod},
                                  &reason);
     s.stop = stop;
     s.reason = int(reason);
+    s.cyclePeriod = reason == StopReason::Cycle    ? 2
+                    : reason == StopReason::Repeat ? repeatPeriod
+                                                   : 0;
     s.iteration = it;
     s.changed = s.fallbacks = s.cycleDiff = 0;
     s.empty = 0;
@@ -3035,6 +3091,10 @@ class Run final : public LloydRun {
     ssePartial_ = track(DeviceBuffer<double>(blocks_, "the SSE partials"));
     state_ = track(DeviceBuffer<DeviceState>(1, "the loop state"));
     trace_ = track(DeviceBuffer<TraceEntry>(maxIt_, "the trace"));
+    if (p.detectRepeats) {
+      repeatHashes_ = track(DeviceBuffer<unsigned long long>(kRepeatWindow, "the centre hashes"));
+      repeatCopy_ = track(DeviceBuffer<WT>(kd, "the repeat rule's centres"));
+    }
     traceHost_ = MappedBuffer<TraceEntry>(maxIt_, "the progress trace");
     mapped_ = MappedBuffer<Mapped>(1, "the progress flags");
     mapped_.host()->completed = 0;
@@ -3130,6 +3190,8 @@ class Run final : public LloydRun {
     args_.sharedCentres = sharedCentres_;
     args_.traceSse = p.traceSse;
     args_.detectCycles = p.detectCycles;
+    args_.repeatHashes = p.detectRepeats ? repeatHashes_.get() : nullptr;
+    args_.repeatCopy = p.detectRepeats ? repeatCopy_.get() : nullptr;
     args_.tolerance = p.tolerance;
     const char* hostLoop = std::getenv("KMSEG_CUDA_HOST_LOOP");
     hostLoop_ = hostLoop && *hostLoop && std::string(hostLoop) != "0";
@@ -3207,6 +3269,7 @@ class Run final : public LloydRun {
     for (std::size_t i = 0; i < kd; ++i) r.centroids.values[i] = double(hc[i]);
     r.iterations = s.iteration;
     r.stop = StopReason(s.reason);
+    r.cyclePeriod = s.cyclePeriod;
     r.trace = std::vector<IterationStats>(trace.begin(), trace.begin() + s.iteration);
     for (const IterationStats& st : r.trace) {
       r.fallbacks += st.fallbacks;
@@ -3569,6 +3632,8 @@ class Run final : public LloydRun {
   DeviceBuffer<double> ssePartial_;
   DeviceBuffer<DeviceState> state_;
   DeviceBuffer<TraceEntry> trace_;
+  DeviceBuffer<unsigned long long> repeatHashes_;
+  DeviceBuffer<WT> repeatCopy_;
   MappedBuffer<TraceEntry> traceHost_;
   MappedBuffer<Mapped> mapped_;
   A args_{};

@@ -151,6 +151,39 @@ TEST(Cli, SegmentWritesWhatTheLibraryComputes) {
     }
 }
 
+// --repeat-stop ends a run that cycles: uniform fp16 on coffee.png at K = 8 repeats its centres
+// every 4 iterations; the table, the JSON and the CSV say so, and the labels are the library's.
+TEST(Cli, RepeatStopEndsARunThatCycles) {
+  const fs::path out = test::freshTempDir("cli-repeat");
+  const CliRun r = kmseg(
+      "segment samples/coffee.png -k 8 --mode fp16 --repeat-stop --backend cpu "
+      "-o '" +
+      out.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Image image = loadImage(test::sourcePath("samples/coffee.png"));
+  WorkflowParams p;
+  p.kmeans.k = 8;
+  p.kmeans.detectRepeats = true;
+  const auto w = runWorkflow(*makeCpuEngine(0), makeFeatures(image), {Mode::Fp16}, p);
+  const KMeansResult& fp16 = w.modes[0].result;
+  ASSERT_EQ(fp16.stop, StopReason::Repeat);
+  ASSERT_LT(fp16.iterations, p.kmeans.maxIterations);
+  const std::string cycle = std::to_string(fp16.cyclePeriod) + "-cycle";
+  char row[64];  // the table's first columns (formatRow)
+  std::snprintf(row, sizeof row, "\nfp16       %5d  %-18s", fp16.iterations, cycle.c_str());
+  EXPECT_NE(r.out.find(row), std::string::npos) << r.out;
+  const auto json = nlohmann::json::parse(readAll(out / "coffee.segment.json"));
+  EXPECT_EQ(json["parameters"]["detect_repeats"], true);
+  EXPECT_EQ(json["runs"][1]["stop_reason"], cycle);
+  EXPECT_EQ(json["runs"][1]["cycle_period"], fp16.cyclePeriod);
+  EXPECT_EQ(json["runs"][1]["iterations"], fp16.iterations);
+  EXPECT_EQ(json["runs"][0]["cycle_period"], 0);
+  EXPECT_NE(readAll(out / "coffee.segment.csv")
+                .find("\nfp16," + std::to_string(fp16.iterations) + "," + cycle + ","),
+            std::string::npos);
+  EXPECT_EQ(readLabelPng(out / "coffee.fp16.labels.png").labels, fp16.labels);
+}
+
 TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {
   const fs::path out = test::freshTempDir("cli-compare");
   const CliRun r = kmseg(

@@ -22,6 +22,7 @@
 #include "kmseg/workflow.h"
 
 #include "failing_gpu.h"
+#include "repeat_oracle.h"
 #include "test_data.h"
 
 namespace kmseg {
@@ -294,6 +295,75 @@ TEST(Lloyd, StopTestOrder) {
   s.changed = 0;
   s.iteration = 5;
   EXPECT_FALSE(shouldStop(s, &why));  // a re-seeded cluster is not convergence
+  // The repeat rule: after the centre shift, before the cap.
+  s.changed = 6;
+  s.repeatPeriod = 4;
+  ASSERT_TRUE(shouldStop(s, &why));
+  EXPECT_EQ(why, StopReason::Repeat);
+  s.iteration = 300;
+  ASSERT_TRUE(shouldStop(s, &why));
+  EXPECT_EQ(why, StopReason::Repeat);
+  s.centreShift = 0.0;
+  ASSERT_TRUE(shouldStop(s, &why));
+  EXPECT_EQ(why, StopReason::CentreShift);
+  EXPECT_EQ(stopReasonText(StopReason::Repeat, 4), "4-cycle");
+  EXPECT_EQ(stopReasonText(StopReason::Cycle, 2), "2-cycle");
+}
+
+// The repeat rule (KMeansParams::detectRepeats) stops a run that cycles where plain runs show its
+// centres recurring, with their period, and gives the plain rules' run capped at that
+// iteration; without it the run goes on to the cap. Uniform fp16 on blobs, K = 8: a 3-cycle.
+TEST(Lloyd, RepeatRuleStopsWhereTheCentresRecur) {
+  const Matrix x = test::blobs(3000, 5, 6, 0.15, 2);
+  const Matrix init = gatherRows(x, chooseInitialCentres(x, 8, Init::RandomPoints, 2));
+  auto engine = makeCpuEngine(2);
+  KMeansParams p;
+  p.k = 8;
+  p.mode = Mode::Fp16;
+  p.tolerance = 0;
+  p.detectRepeats = true;
+  const KMeansResult r = engine->run(x, init, p);
+  const test::RepeatOracle o = test::repeatByPlainRuns(*engine, x, init, p, r.iterations);
+  ASSERT_GT(o.stop, 0) << "no centres recur in " << r.iterations << " iterations";
+  EXPECT_GE(o.period, 3);  // a shorter cycle would converge or meet the 2-cycle rule first
+  EXPECT_EQ(r.stop, StopReason::Repeat);
+  EXPECT_EQ(r.iterations, o.stop);
+  EXPECT_EQ(r.cyclePeriod, o.period);
+  p.detectRepeats = false;
+  p.maxIterations = r.iterations;
+  const KMeansResult capped = engine->run(x, init, p);
+  EXPECT_EQ(capped.labels, r.labels);
+  EXPECT_EQ(capped.centroids.values, r.centroids.values);
+  EXPECT_EQ(capped.fallbacks, r.fallbacks);
+  EXPECT_EQ(capped.cyclePeriod, 0);
+  p.maxIterations = 300;
+  const KMeansResult plain = engine->run(x, init, p);
+  EXPECT_EQ(plain.stop, StopReason::MaxIterations);
+  EXPECT_EQ(plain.iterations, 300);
+}
+
+// Runs that do not cycle are the same with the repeat rule on, in every mode.
+TEST(Lloyd, RepeatRuleLeavesOtherRunsAlone) {
+  const Matrix x = test::blobs(2000, 5, 6, 0.15, 3);
+  const Matrix init = gatherRows(x, chooseInitialCentres(x, 6, Init::RandomPoints, 3));
+  auto engine = makeCpuEngine(2);
+  int ended = 0;
+  for (Mode mode : kAllModes) {
+    SCOPED_TRACE(std::string(modeName(mode)));
+    KMeansParams p;
+    p.k = 6;
+    p.mode = mode;
+    const KMeansResult plain = engine->run(x, init, p);
+    if (plain.stop == StopReason::MaxIterations) continue;
+    ++ended;
+    p.detectRepeats = true;
+    const KMeansResult r = engine->run(x, init, p);
+    EXPECT_EQ(r.stop, plain.stop);
+    EXPECT_EQ(r.iterations, plain.iterations);
+    EXPECT_EQ(r.labels, plain.labels);
+    EXPECT_EQ(r.cyclePeriod, plain.stop == StopReason::Cycle ? 2 : 0);
+  }
+  EXPECT_GE(ended, 7);  // every mode but uniform fp16 and bf16 ends by a rule here
 }
 
 // The relative centre shift: a known answer, its edge cases, and the definition's bits (lanes,

@@ -29,6 +29,7 @@
 #include "kmseg/metrics.h"
 #include "launch_shape.h"
 #include "prune_margin.h"
+#include "repeat_oracle.h"
 #include "test_data.h"
 #include "test_paths.h"
 
@@ -745,6 +746,67 @@ TEST(CudaEngine, CentreShiftIsTheSharedRulesBitForBit) {
       EXPECT_EQ(r.trace[0].centreShift, expected);
     }
   }
+}
+
+// The repeat rule (KMeansParams::detectRepeats) on the device: a run that cycles stops where
+// plain runs of the same engine show its centres recurring, with their period, and its results
+// are the plain run's capped there, bit for bit. The tiled pass on coffee.png (uniform fp16,
+// K = 8: a 4-cycle on the CPU) and the generic pass on 3-D blobs, whose runs cycle on the CPU
+// (fp16 seeds 5, 9 and 12; bf16 seed 3); the device's sums differ in order only, so its
+// trajectories may differ: at least one blob run must cycle there too. A run that ends by
+// another rule is the same with the rule on.
+TEST(CudaEngine, RepeatRuleStopsWhereTheCentresRecur) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
+  struct Case {
+    std::string what;
+    Matrix x;
+    std::int64_t width;
+    Mode mode;
+    std::uint64_t seed;
+  };
+  const Photo coffee = photo("samples/coffee.png");
+  std::vector<Case> cases = {{"coffee", coffee.features, coffee.width, Mode::Fp16, 1}};
+  for (auto [mode, seed] :
+       {std::pair{Mode::Fp16, 5u}, {Mode::Fp16, 9u}, {Mode::Fp16, 12u}, std::pair{Mode::Bf16, 3u}})
+    cases.push_back({"blobs " + std::to_string(seed), test::blobs(3000, 3, 6, 0.15, seed, 0.1, 0.9),
+                     0, mode, seed});
+  int blobCycles = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what + ", " + std::string(modeName(c.mode)));
+    const Matrix init = gatherRows(c.x, chooseInitialCentres(c.x, 8, Init::RandomPoints, c.seed));
+    KMeansParams p;
+    p.k = 8;
+    p.mode = c.mode;
+    p.tolerance = 0;
+    p.imageWidth = c.width;
+    p.detectRepeats = true;
+    const KMeansResult r = gpu->run(c.x, init, p);
+    std::printf("[ repeat   ] %-10s %-5s %3d iterations, %s\n", c.what.c_str(),
+                std::string(modeName(c.mode)).c_str(), r.iterations,
+                stopReasonText(r.stop, r.cyclePeriod).c_str());
+    KMeansParams plainParams = p;
+    plainParams.detectRepeats = false;
+    if (r.stop != StopReason::Repeat) {
+      EXPECT_EQ(c.width, 0) << "coffee.png cycles on the device as on the CPU";
+      const KMeansResult plain = gpu->run(c.x, init, plainParams);
+      EXPECT_EQ(plain.stop, r.stop);
+      EXPECT_EQ(plain.iterations, r.iterations);
+      EXPECT_EQ(plain.labels, r.labels);
+      continue;
+    }
+    blobCycles += c.width == 0;
+    const test::RepeatOracle o = test::repeatByPlainRuns(*gpu, c.x, init, p, r.iterations);
+    EXPECT_EQ(r.iterations, o.stop);
+    EXPECT_EQ(r.cyclePeriod, o.period);
+    EXPECT_GE(r.cyclePeriod, 3);
+    plainParams.maxIterations = r.iterations;
+    const KMeansResult capped = gpu->run(c.x, init, plainParams);
+    EXPECT_EQ(capped.labels, r.labels);
+    EXPECT_EQ(capped.centroids.values, r.centroids.values);
+    EXPECT_EQ(capped.fallbacks, r.fallbacks);
+  }
+  EXPECT_GE(blobCycles, 1);
 }
 
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {

@@ -51,6 +51,7 @@ TEST(GuiParams, SaveAndLoadRoundTrip) {
   p.workflow.kmeans.maxIterations = 42;
   p.workflow.kmeans.tolerance = 3e-7;
   p.workflow.kmeans.detectCycles = false;
+  p.workflow.kmeans.detectRepeats = true;  // the default is false
   p.workflow.kmeans.threads = 1;
   p.features.colorSpace = ColorSpace::Lab;
   p.features.normalization = Normalization::ZScore;
@@ -69,6 +70,7 @@ TEST(GuiParams, SaveAndLoadRoundTrip) {
   EXPECT_EQ(q.workflow.kmeans.maxIterations, 42);
   EXPECT_DOUBLE_EQ(q.workflow.kmeans.tolerance, 3e-7);
   EXPECT_FALSE(q.workflow.kmeans.detectCycles);
+  EXPECT_TRUE(q.workflow.kmeans.detectRepeats);
   EXPECT_EQ(q.workflow.kmeans.threads, 1);
   EXPECT_EQ(q.features.colorSpace, ColorSpace::Lab);
   EXPECT_EQ(q.features.normalization, Normalization::ZScore);
@@ -229,6 +231,9 @@ TEST(ResultsModel, StopTextSaysPlainlyWhenTheCapWasHit) {
   EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("iteration cap (300) — not converged"));
   r.stop = StopReason::Converged;
   EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("converged"));
+  r.stop = StopReason::Repeat;  // the repeat rule names the cycle's length
+  r.cyclePeriod = 11;
+  EXPECT_EQ(ResultsModel::stopText(r, 300), QStringLiteral("11-cycle"));
 }
 
 // The clipboard text has a header and the complete rows only, raw values at full precision;

@@ -36,6 +36,8 @@ Working parseWorking(std::string_view name);
 Precision resolveWorking(Mode mode, Working w);
 
 std::string_view stopReasonName(StopReason r);
+/// stopReasonName, with a cycle's period: "2-cycle", "4-cycle" (StopReason::Repeat).
+std::string stopReasonText(StopReason r, int cyclePeriod);
 
 /// Parameters of one k-means run. Defaults are the paper's.
 struct KMeansParams {
@@ -46,8 +48,11 @@ struct KMeansParams {
   int maxIterations = 300;   ///< t_max, from 1 to kMaxIterations
   double tolerance = 1e-8;   ///< tau >= 0 on ||dC||_F / ||C||_F
   bool detectCycles = true;  ///< stop on a 2-cycle of labels (off reproduces the paper)
-  bool traceSse = true;      ///< compute the SSE of every iteration in the trace
-  int threads = 0;           ///< CPU threads; 0 = all hardware threads, at most kMaxThreads
+  /// Also stop when the centres repeat those of 2 to kRepeatWindow iterations earlier (the repeat
+  /// rule, lloyd_rules.h): off by default, the stop rules of DESIGN and the paper.
+  bool detectRepeats = false;
+  bool traceSse = true;  ///< compute the SSE of every iteration in the trace
+  int threads = 0;       ///< CPU threads; 0 = all hardware threads, at most kMaxThreads
   /// Skip distance evaluations that provably cannot change a label. CPU engine, uniform fp64/fp32
   /// modes: Hamerly's bounds widened by the rounding error bound of the expanded formula; modes
   /// with fp16 or bf16 distances: each pair's emulated distance bounded in double, so that only
@@ -125,7 +130,8 @@ struct KMeansResult {
   Matrix centroids;                  ///< K x D, working-precision values widened to double
   int iterations = 0;
   StopReason stop = StopReason::MaxIterations;
-  double sse = 0.0;  ///< fp64 SSE of the final labels against the final centres
+  int cyclePeriod = 0;  ///< 2 for StopReason::Cycle, the period for Repeat, else 0
+  double sse = 0.0;     ///< fp64 SSE of the final labels against the final centres
   std::int64_t fallbacks = 0;
   std::int64_t evaluations = 0;
   std::int64_t emptyClusterEvents = 0;

@@ -6,6 +6,7 @@
 // order of sums may differ between engines.
 
 #include <cstdint>
+#include <cstring>
 
 #include "kmseg/config.h"
 
@@ -16,6 +17,7 @@ enum class StopReason {
   Converged,     ///< no label changed
   Cycle,         ///< labels equal those of two iterations earlier (a 2-cycle)
   CentreShift,   ///< relative centre shift below the tolerance
+  Repeat,        ///< the centres equal those of 2 to kRepeatWindow iterations earlier
   MaxIterations  ///< the iteration cap was reached
 };
 
@@ -101,6 +103,55 @@ inline double relativeCentreShift(const W* oldC, const W* newC, int n) {
   return centreShiftOfSums(moved[0], size[0]);
 }
 
+/// The repeat rule (KMeansParams::detectRepeats). The centres after an iteration are the whole
+/// state of the loop: the next labels, re-seeding and centres follow from them alone. So when the
+/// centres after iteration t equal, bit for bit, those after iteration s < t, the run repeats
+/// iterations s + 1 ... t for ever, and no other rule but the cap would end it (a period of 1 is
+/// convergence in the next iteration, which the other rules see). An engine keeps a hash of the
+/// centres of each of the last kRepeatWindow iterations. When iteration t's hash equals that of
+/// an iteration s in [t - kRepeatWindow, t - 2] (the latest such s), it copies its centres and
+/// compares them with those of iteration t + (t - s): equal, the run stops there with period
+/// t - s; unequal (two hashes met by chance), the search goes on. A cycle of period p that
+/// starts after iteration m is so found at iteration m + 2 p.
+inline constexpr int kRepeatWindow = 1024;
+
+/// The bits of a centre entry, zero-extended.
+KMSEG_HOST_DEVICE inline std::uint64_t entryBits(float v) {
+  std::uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+KMSEG_HOST_DEVICE inline std::uint64_t entryBits(double v) {
+  std::uint64_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+/// Entry `index`'s term of the centres' hash: its bits and index through splitmix64's mixer. The
+/// hash is the sum of the terms modulo 2^64, so an engine may add them in any order.
+KMSEG_HOST_DEVICE inline std::uint64_t repeatHashTerm(std::uint64_t bits, std::uint64_t index) {
+  std::uint64_t z = bits + (index + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/// The repeat rule's state between iterations, besides the hashes (slot t % kRepeatWindow holds
+/// iteration t's) and the copy of the candidate's centres.
+struct RepeatSearch {
+  int candidate = 0;  ///< iteration whose centres were copied, 0 when none
+  int period = 0;     ///< the candidate's period: its centres are compared at candidate + period
+
+  /// Whether iteration `it` compares its centres with the copy.
+  KMSEG_HOST_DEVICE bool checksAt(int it) const {
+    return candidate > 0 && it == candidate + period;
+  }
+  /// The earliest iteration whose hash iteration `it` looks at (the latest is it - 2).
+  KMSEG_HOST_DEVICE static int firstLookedAt(int it) {
+    return it - kRepeatWindow > 1 ? it - kRepeatWindow : 1;
+  }
+};
+
 /// What the stop test looks at after iteration `iteration` (1-based): assignment, re-seeding of
 /// empty clusters, then the centroid update.
 struct StopInputs {
@@ -112,10 +163,12 @@ struct StopInputs {
   bool detectCycles;
   double centreShift;
   double tolerance;
+  int repeatPeriod = 0;  ///< the repeat rule's period when it found one this iteration, else 0
 };
 
 /// The stop test, in order: converged (no change and no re-seeding), 2-cycle (if enabled),
-/// centre shift < tolerance, iteration cap. Returns false while the loop should go on.
+/// centre shift < tolerance, repeat (when the rule found one), iteration cap. Returns false while
+/// the loop should go on.
 KMSEG_HOST_DEVICE inline bool shouldStop(const StopInputs& s, StopReason* reason) {
   if (s.changed == 0 && s.emptyClusters == 0) {
     *reason = StopReason::Converged;
@@ -127,6 +180,10 @@ KMSEG_HOST_DEVICE inline bool shouldStop(const StopInputs& s, StopReason* reason
   }
   if (s.centreShift < s.tolerance) {
     *reason = StopReason::CentreShift;
+    return true;
+  }
+  if (s.repeatPeriod >= 2) {
+    *reason = StopReason::Repeat;
     return true;
   }
   if (s.iteration >= s.maxIterations) {

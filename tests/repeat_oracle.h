@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstring>
+#include <vector>
+
+#include "kmseg/engine.h"
+#include "kmseg/kmeans.h"
+
+namespace kmseg::test {
+
+/// Where the repeat rule (lloyd_rules.h) must stop a run, worked out without it: runs of
+/// `engine` capped at t = 1, 2, ... give the centres after each iteration; the first t whose
+/// centres equal, bit for bit, those of an iteration s in [t - kRepeatWindow, t - 2] (the latest
+/// such s) is where the rule finds the cycle, and it stops at t + (t - s) with period t - s.
+/// `stop` = 0 when no centres recur within `limit` iterations (or a run stops by another rule
+/// first).
+struct RepeatOracle {
+  int stop = 0, period = 0;
+};
+
+inline RepeatOracle repeatByPlainRuns(KMeansEngine& engine, const Matrix& data, const Matrix& init,
+                                      KMeansParams p, int limit) {
+  p.detectRepeats = false;
+  std::vector<Matrix> centres;  // centres[t - 1]: after iteration t
+  for (int t = 1; t <= limit; ++t) {
+    p.maxIterations = t;
+    const KMeansResult r = engine.run(data, init, p);
+    if (r.stop != StopReason::MaxIterations) return {};
+    centres.push_back(r.centroids);
+    for (int s = t - 2; s >= 1 && s >= t - kRepeatWindow; --s) {
+      const Matrix& a = centres[std::size_t(s - 1)];
+      const Matrix& b = centres.back();
+      // The centroids are W values widened to double: equal bits in W, equal doubles.
+      if (std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)) == 0)
+        return {t + (t - s), t - s};
+    }
+  }
+  return {};
+}
+
+}  // namespace kmseg::test
