@@ -155,10 +155,9 @@ TEST(Cli, SegmentWritesWhatTheLibraryComputes) {
 // every 4 iterations; the table, the JSON and the CSV say so, and the labels are the library's.
 TEST(Cli, RepeatStopEndsARunThatCycles) {
   const fs::path out = test::freshTempDir("cli-repeat");
-  const CliRun r = kmseg(
-      "segment samples/coffee.png -k 8 --mode fp16 --repeat-stop --backend cpu "
-      "-o '" +
-      out.string() + "'");
+  const CliRun r =
+      kmseg("segment samples/coffee.png -k 8 --mode fp16 --repeat-stop --backend cpu -o '" +
+            out.string() + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   const Image image = loadImage(test::sourcePath("samples/coffee.png"));
   WorkflowParams p;
