@@ -156,6 +156,30 @@ TEST_F(GuiWindow, OpensAnImageAndShowsItsSizeAndTheBackend) {
             QFileInfo(path).absoluteFilePath());
 }
 
+// "Stop on a longer cycle" reaches the run: uniform fp16 on coffee.png at K = 8 stops as the
+// core library's run with the repeat rule does (a 4-cycle before the cap), and the stop reason
+// names the cycle's length, not highlighted as a cap is.
+TEST_F(GuiWindow, TheRepeatRuleBoxEndsARunThatCycles) {
+  const QString path =
+      QString::fromStdString(kmseg::test::sourcePath("samples/coffee.png").string());
+  open(path);
+  GuiParams p = fastParams(8, 300);
+  p.mode = Mode::Fp16;
+  p.workflow.kmeans.detectRepeats = true;
+  runAndWait(p, false);
+  EXPECT_TRUE(window_->paramsPanel()->params().workflow.kmeans.detectRepeats);
+  const KMeansResult want = expected(path, p, {Mode::Fp16}).modes[0].result;
+  ASSERT_EQ(want.stop, StopReason::Repeat);
+  ASSERT_LT(want.iterations, 300);
+  const ResultsModel* m = window_->resultsModel();
+  ASSERT_EQ(m->rowCount(), 2);
+  EXPECT_EQ(m->data(m->index(1, ResultsModel::IterationsColumn), Qt::UserRole).toInt(),
+            want.iterations);
+  EXPECT_EQ(m->data(m->index(1, ResultsModel::StopColumn)).toString().toStdString(),
+            std::to_string(want.cyclePeriod) + "-cycle");
+  EXPECT_FALSE(m->data(m->index(1, ResultsModel::StopColumn), Qt::BackgroundRole).isValid());
+}
+
 TEST_F(GuiWindow, CompareAllModesFillsTheTableWithTheCoreResults) {
   const QString path = kmseg::test::smallPhoto("gui-compare");
   open(path);
