@@ -96,11 +96,12 @@ void printTableHeader() {
 }
 
 /// The notes under the table, once every row is printed.
-void printTableNotes(const WorkflowResult& w, const std::vector<Mode>& modes) {
+void printTableNotes(const WorkflowResult& w, const std::vector<Mode>& modes, bool repeatStop) {
   bool capped = w.reference.stop == StopReason::MaxIterations;
   for (const auto& m : w.modes) capped = capped || m.result.stop == StopReason::MaxIterations;
   if (capped)
-    std::printf("note: a run marked 'iteration cap' stopped at --max-iter without converging\n");
+    std::printf("note: a run marked 'iteration cap' stopped at --max-iter without converging%s\n",
+                repeatStop ? "" : " (--repeat-stop ends a run whose centres repeat)");
   for (std::size_t i = 0; i < modes.size(); ++i)
     if (const std::int64_t rows = w.modes[i].result.normOverflows; rows > 0)
       std::printf("note: %s: %s\n", std::string(modeName(modes[i])).c_str(),
@@ -309,7 +310,7 @@ void runCommand(const std::string& command, const Options& o) {
     }
   }();
   clearProgress();
-  printTableNotes(w, o.modes);
+  printTableNotes(w, o.modes, o.workflow.kmeans.detectRepeats);
   flushTable();
   // An interrupt (or a closed standard output) after the last run's last check: still nothing
   // written. From here on a first interrupt lets the files be finished.

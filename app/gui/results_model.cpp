@@ -228,6 +228,10 @@ QVariant ResultsModel::data(const QModelIndex& index, int role) const {
                   .arg(outcome_->rowName(row))
                   .arg(maxIterations)
                   .arg(r.trace.empty() ? 0 : r.trace.back().changed);
+    if (capped && !outcome_->params.workflow.kmeans.detectRepeats)
+      tips << tr(
+          "\"Stop on a longer cycle\" ends a run whose centres repeat those of an earlier "
+          "iteration.");
     if (overflowed)
       tips << QString::fromStdString(normOverflowNote(r.mode, r.normOverflows, r.labels.size())) +
                   QStringLiteral(".");

@@ -181,6 +181,17 @@ TEST(Cli, RepeatStopEndsARunThatCycles) {
                 .find("\nfp16," + std::to_string(fp16.iterations) + "," + cycle + ","),
             std::string::npos);
   EXPECT_EQ(readLabelPng(out / "coffee.fp16.labels.png").labels, fp16.labels);
+  EXPECT_EQ(r.out.find("note:"), std::string::npos) << r.out;  // no run reached the cap
+
+  // Without the flag the run reaches its cap, and the note under the table names the flag.
+  const CliRun capped = kmseg(
+      "segment samples/coffee.png -k 8 --mode fp16 --max-iter 50 --backend cpu --no-maps -o '" +
+      out.string() + "/capped'");
+  ASSERT_EQ(capped.code, 0) << capped.err;
+  EXPECT_NE(capped.out.find("iteration cap"), std::string::npos) << capped.out;
+  EXPECT_NE(capped.out.find("without converging (--repeat-stop ends a run whose centres repeat)"),
+            std::string::npos)
+      << capped.out;
 }
 
 TEST(Cli, CompareRunsEveryRequestedModeFromTheSameCentres) {

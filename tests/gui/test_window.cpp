@@ -224,6 +224,10 @@ TEST_F(GuiWindow, CompareAllModesFillsTheTableWithTheCoreResults) {
       ++capped;
       EXPECT_EQ(stop, QStringLiteral("iteration cap (6) — not converged"));
       EXPECT_TRUE(cell(row, ResultsModel::StopColumn, Qt::BackgroundRole).isValid());
+      // The repeat rule is off: the tooltip names the box that would end a run that cycles.
+      EXPECT_TRUE(cell(row, ResultsModel::StopColumn, Qt::ToolTipRole)
+                      .toString()
+                      .contains(QStringLiteral("Stop on a longer cycle")));
     } else {
       EXPECT_FALSE(stop.contains(QStringLiteral("cap")));
       EXPECT_FALSE(cell(row, ResultsModel::StopColumn, Qt::BackgroundRole).isValid());
