@@ -76,9 +76,11 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                          {"device", devices.empty() ? "" : devices.front().name},
                          {"copy_bandwidth_bytes_per_s", bandwidth},
                          {"repeats", o.repeats},
+                         {"repeat_stop", o.repeatStop},
                          {"runs", nlohmann::json::array()}};
-  std::printf("%-10s %5s %9s %9s %7s %9s %9s %6s %10s %6s %8s\n", "mode", "K", "ms/iter",
-              "floor ms", "x floor", "GFLOP/s", "full ms", "iter", "dev MB", "x min", "blocks");
+  std::printf("%-10s %5s %9s %9s %7s %9s %9s %6s %-13s %10s %6s %8s\n", "mode", "K", "ms/iter",
+              "floor ms", "x floor", "GFLOP/s", "full ms", "iter", "stop", "dev MB", "x min",
+              "blocks");
   const std::vector<Mode> modes = benchModes(o);
   for (int k : benchClusters(o)) {
     const Matrix init =
@@ -97,6 +99,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
       full.maxIterations = 300;
       full.tolerance = 1e-8;
       full.detectCycles = true;
+      full.detectRepeats = o.repeatStop;
       const CudaTiming run = timeCudaRun(features, init, full, o.repeats);
       const double floorMs = 1e3 * it.bytesPerIteration / bandwidth;
       const double gflops = it.flopsPerIteration / (1e6 * it.msPerIteration);
@@ -105,9 +108,10 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
       const std::string blocks =
           std::to_string(it.passBlocks) + "/" +
           (it.passBlocksPerSm > 0 ? std::to_string(it.passBlocksPerSm) : std::string("-"));
-      std::printf("%-10s %5d %9.4f %9.4f %7.2f %9.0f %9.3f %6d %10.1f %6.2f %8s\n",
+      const std::string stop = stopReasonText(run.stopReason, run.cyclePeriod);
+      std::printf("%-10s %5d %9.4f %9.4f %7.2f %9.0f %9.3f %6d %-13s %10.1f %6.2f %8s\n",
                   std::string(modeName(mode)).c_str(), k, it.msPerIteration, floorMs,
-                  it.msPerIteration / floorMs, gflops, run.msFullRun, run.iterations,
+                  it.msPerIteration / floorMs, gflops, run.msFullRun, run.iterations, stop.c_str(),
                   double(it.deviceBytes) / 1e6, memRatio, blocks.c_str());
       json["runs"].push_back({{"mode", modeName(mode)},
                               {"k", k},
@@ -119,6 +123,8 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                               {"ratio_to_floor", it.msPerIteration / floorMs},
                               {"ms_full_run", run.msFullRun},
                               {"iterations_full_run", run.iterations},
+                              {"stop_reason_full_run", std::string(stopReasonName(run.stopReason))},
+                              {"cycle_period_full_run", run.cyclePeriod},
                               {"pass_blocks", it.passBlocks},
                               {"pass_blocks_per_sm", it.passBlocksPerSm},
                               {"device_bytes", it.deviceBytes},
@@ -207,6 +213,8 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
       ->transform(realNumber());
   cmd.add_option("--backend", o.backend, "distances, blobs: auto, cuda or cpu")
       ->capture_default_str();
+  cmd.add_flag("--repeat-stop", o.repeatStop,
+               "gpu: the full runs also stop when the centres repeat (segment's --repeat-stop)");
   cmd.add_option("--json", o.json,
                  "Write the results as JSON to this file (its directory is created if needed; "
                  "checked before the benchmark runs)")

@@ -31,6 +31,7 @@ struct BenchOptions {
   double nearFraction = 0.1;     ///< distances: share of near points in the mixed set
   double rho = 5.0;              ///< reliability safety factor of the mixed modes
   std::string backend = "auto";  ///< distances, blobs: the engine
+  bool repeatStop = false;       ///< gpu: full runs also stop on repeating centres
   /// The options of kBenchOptionSuites given on the command line (checkBenchOptions refuses
   /// those that do not apply to the suite).
   std::vector<std::string> given;
@@ -47,7 +48,8 @@ inline constexpr BenchOptionSuites kBenchOptionSuites[] = {
     {"--clusters", "cpu gpu blobs"}, {"--modes", "gpu distances blobs"},
     {"--dim", "distances blobs"},    {"--points", "distances blobs"},
     {"--noise", "distances"},        {"--near-fraction", "distances"},
-    {"--rho", "distances blobs"},    {"--backend", "distances blobs"}};
+    {"--rho", "distances blobs"},    {"--backend", "distances blobs"},
+    {"--repeat-stop", "gpu"}};
 
 /// Writes `json` to `path` (atomically, indented) unless `path` is empty. Invalid UTF-8 in its
 /// strings (the bytes of a file name) becomes U+FFFD, as in the reports of segment and compare.

@@ -391,6 +391,8 @@ CudaTiming timeCudaRun(const Matrix& data, const Matrix& initialCentres, const K
   CudaTiming out;
   out.msFullRun = t.msFullRun;
   out.iterations = t.iterations;
+  out.stopReason = t.stopReason;
+  out.cyclePeriod = t.cyclePeriod;
   out.msPerIteration = t.iterations > 0 ? t.msFullRun / t.iterations : 0.0;
   out.bytesPerIteration = t.bytesPerIteration;
   out.flopsPerIteration = t.flopsPerIteration;

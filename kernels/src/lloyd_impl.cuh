@@ -3297,6 +3297,8 @@ class Run final : public LloydRun {
     DeviceState s{};
     KMSEG_CUDA_CHECK(cudaMemcpy(&s, state_.get(), sizeof s, cudaMemcpyDeviceToHost));
     t.iterations = s.iteration;
+    t.stopReason = StopReason(s.reason);
+    t.cyclePeriod = s.cyclePeriod;
     const double nd = double(n_) * d_;
     // The fast pass reads only the working-precision rows (x~ is rounded in registers); the
     // generic pass reads the low-precision copy too. Labels and the labels of two iterations

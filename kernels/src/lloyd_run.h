@@ -48,8 +48,10 @@ struct RunInputs {
 
 /// Device time and sizes of one or more launches of a run's graph.
 struct RunTiming {
-  double msFullRun = 0;          ///< median device time of one whole run (graph launch)
-  int iterations = 0;            ///< iterations of that run
+  double msFullRun = 0;  ///< median device time of one whole run (graph launch)
+  int iterations = 0;    ///< iterations of that run
+  StopReason stopReason = StopReason::MaxIterations;  ///< why that run stopped
+  int cyclePeriod = 0;                                ///< KMeansResult::cyclePeriod of that run
   double bytesPerIteration = 0;  ///< bytes the assignment pass must move per iteration
   double flopsPerIteration = 0;  ///< floating-point operations per iteration (distances)
   int passBlocks = 0;            ///< the assignment pass's grid

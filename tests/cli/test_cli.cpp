@@ -933,6 +933,8 @@ INSTANTIATE_TEST_SUITE_P(
         // An option that the suite does not read is refused, not ignored.
         BadCase{"benchbackendcpu", "bench cpu --backend cuda", 2,
                 "--backend does not apply to the cpu suite", "(it applies to: distances, blobs)"},
+        BadCase{"benchrepeatcpu", "bench cpu --repeat-stop", 2,
+                "--repeat-stop does not apply to the cpu suite", "(it applies to: gpu)"},
         BadCase{"benchnoiseblobs", "bench blobs --points 50 --dim 2 --noise 5", 2,
                 "--noise does not apply to the blobs suite", "(it applies to: distances)"},
         BadCase{"benchkdistances", "bench distances --points 4 --dim 2 -k 5", 2,

@@ -809,6 +809,35 @@ TEST(CudaEngine, RepeatRuleStopsWhereTheCentresRecur) {
   EXPECT_GE(blobCycles, 1);
 }
 
+// `kmseg bench gpu` prints why each full run stopped: timeCudaRun reports the stop reason and
+// cycle period of the runs it times, those of an engine run with the same parameters.
+TEST(CudaEngine, TimedRunsSayWhyTheyStopped) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
+  const Photo coffee = photo("samples/coffee.png");
+  const Matrix init =
+      gatherRows(coffee.features, chooseInitialCentres(coffee.features, 8, Init::RandomPoints, 1));
+  int repeats = 0;
+  for (Mode mode : {Mode::Fp32, Mode::Fp16})
+    for (bool repeatStop : {false, true}) {
+      SCOPED_TRACE(std::string(modeName(mode)) + (repeatStop ? ", repeat stop" : ""));
+      KMeansParams p;
+      p.k = 8;
+      p.mode = mode;
+      p.tolerance = mode == Mode::Fp16 ? 0.0 : 1e-8;
+      p.imageWidth = coffee.width;
+      p.detectRepeats = repeatStop;
+      const KMeansResult r = gpu->run(coffee.features, init, p);
+      const CudaTiming t = timeCudaRun(coffee.features, init, p, 2);
+      EXPECT_EQ(t.iterations, r.iterations);
+      EXPECT_EQ(t.stopReason, r.stop);
+      EXPECT_EQ(t.cyclePeriod, r.cyclePeriod);
+      EXPECT_GT(t.msFullRun, 0.0);
+      repeats += t.stopReason == StopReason::Repeat;
+    }
+  EXPECT_EQ(repeats, 1) << "coffee.png in fp16 at K = 8 ends as a 4-cycle with the rule on";
+}
+
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();

@@ -61,9 +61,11 @@ std::unique_ptr<KMeansEngine> makeCudaEngine();
 /// Device timing of one mode's Lloyd loop (CUDA events around the whole device-resident loop,
 /// median of `repeats` launches after one warm-up).
 struct CudaTiming {
-  double msFullRun = 0;          ///< median device time of one run
-  int iterations = 0;            ///< iterations of that run
-  double msPerIteration = 0;     ///< msFullRun / iterations
+  double msFullRun = 0;                               ///< median device time of one run
+  int iterations = 0;                                 ///< iterations of that run
+  StopReason stopReason = StopReason::MaxIterations;  ///< why that run stopped
+  int cyclePeriod = 0;                                ///< KMeansResult::cyclePeriod of that run
+  double msPerIteration = 0;                          ///< msFullRun / iterations
   double bytesPerIteration = 0;  ///< bytes the assignment pass must move per iteration
   double flopsPerIteration = 0;  ///< flops of the expanded distances per iteration
   int passBlocks = 0;            ///< blocks of the assignment pass
