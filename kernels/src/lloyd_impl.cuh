@@ -2317,11 +2317,11 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
 ///
 /// The grid's last block only reads the host's cancel flag into DeviceState::cancelSeen for the
 /// update. The update read it itself until then, and its block waited for the round trip over
-/// the bus (H200, K = 32, three alternating runs of each build, ms per iteration: fp32 0.0257 /
-/// 0.0261 / 0.0262 -> 0.0248 / 0.0253 / 0.0252 at 0.26 MP, 0.0956 / 0.0955 / 0.0951 -> 0.0943 /
-/// 0.0943 / 0.0945 at 12 MP; fp16>fp32 0.0300 / 0.0305 / 0.0305 -> 0.0295 / 0.0297 / 0.0296 and
-/// 0.1905 / 0.1903 / 0.1899 -> 0.1892 / 0.1896 / 0.1885; fp64 level). The reduction's own
-/// duration did not change (ncu: 3.1-3.2 us at 0.26 MP either way).
+/// the bus (H200, K = 32, three alternating runs of each build, ms per iteration: fp32 0.0263 /
+/// 0.0260 / 0.0260 -> 0.0258 / 0.0253 / 0.0253 at 0.26 MP, 0.0960 / 0.0964 / 0.0954 -> 0.0949 /
+/// 0.0949 / 0.0951 at 12 MP; fp64 0.0303 / 0.0305 / 0.0302 -> 0.0296 / 0.0295 / 0.0294 at 0.26
+/// MP, level at 12 MP). The reduction's own duration did not change (ncu: 3.1-3.2 us at 0.26 MP
+/// either way).
 template <class A>
 __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
