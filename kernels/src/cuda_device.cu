@@ -299,6 +299,25 @@ std::unique_ptr<KMeansEngine> cudaFactory(std::string& whyNot) {
              describe(e != cudaSuccess ? "cudaSetDevice" : "cudaFree", f);
     return nullptr;
   }
+  // A sanitizer knob: compute-sanitizer's instrumented kernels need more stack than the driver
+  // reserves for the kernels of a graph (memcheck then reported out-of-bounds reads and an
+  // illegal address in the generic pass of the fp64-fallback modes, the graph loop only; with
+  // KMSEG_CUDA_STACK_BYTES=4096, 0 errors). Not for normal runs: the reservation is this many
+  // bytes for every thread the device can hold.
+  if (const char* v = std::getenv("KMSEG_CUDA_STACK_BYTES")) {
+    char* end = nullptr;
+    const unsigned long long bytes = std::strtoull(v, &end, 10);
+    const cudaError_t s = end != v && *end == '\0' && bytes > 0 && bytes <= (1ull << 20)
+                              ? cudaDeviceSetLimit(cudaLimitStackSize, std::size_t(bytes))
+                              : cudaErrorInvalidValue;
+    if (s != cudaSuccess) {
+      (void)cudaGetLastError();
+      whyNot = std::string("KMSEG_CUDA_STACK_BYTES='") + v +
+               "' is not a stack size the device takes (1 to 1048576 bytes): " +
+               describe("cudaDeviceSetLimit", s);
+      return nullptr;
+    }
+  }
   return std::make_unique<CudaEngine>(devices.front());
 }
 

@@ -1198,6 +1198,33 @@ TEST(CudaEngine, AutoChoosesTheDevice) {
   EXPECT_NE(c.engine->description().find("CUDA"), std::string::npos);
 }
 
+// KMSEG_CUDA_STACK_BYTES (a knob for compute-sanitizer runs of the graph loop) sets the device's
+// stack limit; a value the device does not take leaves Auto on the CPU, saying why, and
+// Backend::Cuda refuses with the same reason.
+TEST(CudaEngine, StackKnobSetsTheLimitOrSaysWhyNot) {
+  KMSEG_REQUIRE_GPU();
+  registerCudaEngine();
+  std::size_t before = 0;
+  ASSERT_EQ(cudaDeviceGetLimit(&before, cudaLimitStackSize), cudaSuccess);
+  {
+    ScopedEnv env("KMSEG_CUDA_STACK_BYTES", "4096");
+    const EngineChoice c = makeEngine(Backend::Auto);
+    EXPECT_EQ(c.backend, Backend::Cuda) << c.note;
+    std::size_t now = 0;
+    ASSERT_EQ(cudaDeviceGetLimit(&now, cudaLimitStackSize), cudaSuccess);
+    EXPECT_GE(now, 4096u);
+  }
+  for (const char* bad : {"0", "4k", "", "2000000"}) {
+    SCOPED_TRACE(std::string("KMSEG_CUDA_STACK_BYTES='") + bad + "'");
+    ScopedEnv env("KMSEG_CUDA_STACK_BYTES", bad);
+    const EngineChoice c = makeEngine(Backend::Auto);
+    EXPECT_EQ(c.backend, Backend::Cpu);
+    EXPECT_NE(c.note.find("KMSEG_CUDA_STACK_BYTES"), std::string::npos) << c.note;
+    EXPECT_THROW(makeEngine(Backend::Cuda), BackendError);
+  }
+  ASSERT_EQ(cudaDeviceSetLimit(cudaLimitStackSize, before), cudaSuccess);
+}
+
 // A real device out-of-memory, not a stand-in: the test takes nearly all of the device's free
 // memory, then runs on Auto's GPU engine data that no longer fits. The run is done on the CPU,
 // gives the CPU engine's result and says why; the engine's later runs stay on the CPU.
