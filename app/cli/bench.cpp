@@ -123,7 +123,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                               {"ratio_to_floor", it.msPerIteration / floorMs},
                               {"ms_full_run", run.msFullRun},
                               {"iterations_full_run", run.iterations},
-                              {"stop_reason_full_run", std::string(stopReasonName(run.stopReason))},
+                              {"stop_reason_full_run", stop},
                               {"cycle_period_full_run", run.cyclePeriod},
                               {"pass_blocks", it.passBlocks},
                               {"pass_blocks_per_sm", it.passBlocksPerSm},

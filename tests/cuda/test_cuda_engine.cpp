@@ -817,7 +817,7 @@ TEST(CudaEngine, TimedRunsSayWhyTheyStopped) {
   const Photo coffee = photo("samples/coffee.png");
   const Matrix init =
       gatherRows(coffee.features, chooseInitialCentres(coffee.features, 8, Init::RandomPoints, 1));
-  int repeats = 0;
+  int repeatStops = 0;
   for (Mode mode : {Mode::Fp32, Mode::Fp16})
     for (bool repeatStop : {false, true}) {
       SCOPED_TRACE(std::string(modeName(mode)) + (repeatStop ? ", repeat stop" : ""));
@@ -833,9 +833,9 @@ TEST(CudaEngine, TimedRunsSayWhyTheyStopped) {
       EXPECT_EQ(t.stopReason, r.stop);
       EXPECT_EQ(t.cyclePeriod, r.cyclePeriod);
       EXPECT_GT(t.msFullRun, 0.0);
-      repeats += t.stopReason == StopReason::Repeat;
+      repeatStops += t.stopReason == StopReason::Repeat;
     }
-  EXPECT_EQ(repeats, 1) << "coffee.png in fp16 at K = 8 ends as a 4-cycle with the rule on";
+  EXPECT_EQ(repeatStops, 1) << "coffee.png in fp16 at K = 8 ends as a 4-cycle with the rule on";
 }
 
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
