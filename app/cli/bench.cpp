@@ -104,10 +104,12 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
       const double floorMs = 1e3 * it.bytesPerIteration / bandwidth;
       const double gflops = it.flopsPerIteration / (1e6 * it.msPerIteration);
       const double memRatio = double(it.deviceBytes) / double(it.minimalBytes);
-      // The pass's grid, and the blocks per SM of its variant ("-": the generic pass).
+      // The pass's grid, the blocks per SM of its variant ("-": the generic pass), and "p" when
+      // one persistent kernel ran the iterations.
       const std::string blocks =
           std::to_string(it.passBlocks) + "/" +
-          (it.passBlocksPerSm > 0 ? std::to_string(it.passBlocksPerSm) : std::string("-"));
+          (it.passBlocksPerSm > 0 ? std::to_string(it.passBlocksPerSm) : std::string("-")) +
+          (it.persistentLoop ? " p" : "");
       const std::string stop = stopReasonText(run.stopReason, run.cyclePeriod);
       std::printf("%-10s %5d %9.4f %9.4f %7.2f %9.0f %9.3f %6d %-13s %10.1f %6.2f %8s\n",
                   std::string(modeName(mode)).c_str(), k, it.msPerIteration, floorMs,
@@ -127,6 +129,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                               {"cycle_period_full_run", run.cyclePeriod},
                               {"pass_blocks", it.passBlocks},
                               {"pass_blocks_per_sm", it.passBlocksPerSm},
+                              {"persistent_loop", it.persistentLoop},
                               {"device_bytes", it.deviceBytes},
                               {"minimal_bytes", it.minimalBytes},
                               {"device_bytes_over_minimal", memRatio}});

@@ -62,6 +62,27 @@ void launch(const LaunchSite& site, void (*kernel)(KernelArgs...), unsigned bloc
   checkLaunch(site, stream);
 }
 
+/// Launches `kernel` as launch() does, cooperatively: every block resident at once (for grid
+/// barriers), or the launch fails, with the error named after `site`.
+template <class... KernelArgs, class... Args>
+void launchCooperative(const LaunchSite& site, void (*kernel)(KernelArgs...), unsigned blocks,
+                       unsigned threads, std::size_t shared, cudaStream_t stream, Args&&... args) {
+  if (blocks == 0) return;
+  cudaLaunchAttribute cooperative{};
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), site.kernel, site.file,
+        site.line);
+  checkLaunch(site, stream);
+}
+
 /// Launches `kernel` with one thread per element of [0, n) in blocks of `threads`; returns
 /// early for n = 0.
 template <class... KernelArgs, class... Args>
@@ -78,6 +99,9 @@ void launchLinear(const LaunchSite& site, void (*kernel)(KernelArgs...), std::si
 #define KMSEG_LAUNCH(kernel, blocks, threads, shared, stream, ...)                          \
   ::kmseg::cuda::launch(KMSEG_LAUNCH_SITE(kernel), kernel, blocks, threads, shared, stream, \
                         __VA_ARGS__)
+#define KMSEG_LAUNCH_COOPERATIVE(kernel, blocks, threads, shared, stream, ...)                 \
+  ::kmseg::cuda::launchCooperative(KMSEG_LAUNCH_SITE(kernel), kernel, blocks, threads, shared, \
+                                   stream, __VA_ARGS__)
 #define KMSEG_LAUNCH_LINEAR(kernel, n, stream, ...) \
   ::kmseg::cuda::launchLinear(KMSEG_LAUNCH_SITE(kernel), kernel, n, stream, __VA_ARGS__)
 

@@ -27,6 +27,7 @@
 // Determinism: the sums use no floating-point atomics (see each kernel's comment); integer counts
 // use integer atomics, which are exact in any order.
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -138,6 +139,9 @@ inline constexpr std::size_t kFastSharedTargetUniformFp64 = 60 * 1024;
 // ms per iteration against 0.0965 and 0.0970). In a photo most tiles add one warp sum to slot 0,
 // far fewer terms than points.
 inline constexpr long long kFastSlotRun = 1024;
+// The most tile rounds per warp of the fast pass for which the loop runs as one persistent
+// kernel (Run::choosePersistent).
+inline constexpr long long kPersistentRounds = 2;
 // Labels of a tile that the fast pass sums with warp shuffles before the slots take the rest.
 inline constexpr int kMaskedLabels = 3;
 
@@ -279,8 +283,10 @@ struct Args {
   double tolerance;
   cudaGraphConditionalHandle whileHandle;
   cudaGraphConditionalHandle ifHandle;
-  // The inner loop of the graph, which exists without the SSE trace (Run::buildGraph).
+  // The inner loop of the graph, which exists without the SSE trace and the persistent loop
+  // (Run::buildGraph); innerLoop says whether it does.
   cudaGraphConditionalHandle innerHandle;
+  int innerLoop;
 };
 
 // ---- small device helpers ---------------------------------------------------------------------
@@ -1902,9 +1908,11 @@ __global__ void __launch_bounds__(kAssignThreads) tileBoxKernel(Args<LowT, HighT
 /// use shared atomics (exact). The fold adds, per element, the slots of each warp in slot order,
 /// then the warps in warp order, and writes partialSum[e blocks + b]. Everything depends only on N,
 /// K, D, the tile width, the labels and the launch shape.
+///
+/// The pass is a device function: assignFastKernel runs it once, loopFastKernel once per
+/// iteration of its persistent loop.
 template <class LowT, class HighT, class WT, class LabelT, int DT>
-__global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
-    assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
+__device__ __forceinline__ void assignFastPass(const Args<LowT, HighT, WT, LabelT>& a, int assign) {
   static_assert(DT > 0, "the fast pass needs a compile-time D");
   using A = Args<LowT, HighT, WT, LabelT>;
   using H = typename A::H;
@@ -2308,6 +2316,13 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   if (assign) addBlockCounts(changed, fallbacks, cycleDiff, totals, a.state);
 }
 
+/// The fast pass, once (see assignFastPass).
+template <class LowT, class HighT, class WT, class LabelT, int DT>
+__global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
+    assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
+  assignFastPass<LowT, HighT, WT, LabelT, DT>(a, assign);
+}
+
 /// Sums the block partials, one element per warp: warp w of the grid takes sums[w] for w < K D,
 /// else counts[w - K D]. Determinism: a fixed order that depends only on the number of partials:
 /// 256 serial sums (sum t of partials t, t + 256, ...) added in a binary tree (sum t takes
@@ -2322,18 +2337,12 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
 /// 0.0949 / 0.0951 at 12 MP; fp64 0.0303 / 0.0305 / 0.0302 -> 0.0296 / 0.0295 / 0.0294 at 0.26
 /// MP, level at 12 MP). The reduction's own duration did not change (ncu: 3.1-3.2 us at 0.26 MP
 /// either way).
+/// reduceKernel's work for element e (< K D + K), by one whole warp.
 template <class A>
-__global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) {
+__device__ __forceinline__ void reduceElement(const A& a, int e) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
-  if (blockIdx.x == gridDim.x - 1) {
-    if (threadIdx.x == 0) a.state->cancelSeen = readCancel(a);
-    return;
-  }
-  if (!always && a.state->empty == 0) return;
   const int kd = a.k * a.d;
-  const int e = int(blockIdx.x) * (kReduceThreads / 32) + int(threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
-  if (e >= kd + a.k) return;  // whole warps
   constexpr int kSerial = kReduceThreads / 32;
   if (e < kd) {
     const WT* src = a.partialSum + std::size_t(e) * a.blocks;
@@ -2373,6 +2382,18 @@ __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) 
 }
 
 template <class A>
+__global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) {
+  if (blockIdx.x == gridDim.x - 1) {
+    if (threadIdx.x == 0) a.state->cancelSeen = readCancel(a);
+    return;
+  }
+  if (!always && a.state->empty == 0) return;
+  const int e = int(blockIdx.x) * (kReduceThreads / 32) + int(threadIdx.x >> 5);
+  if (e >= a.k * a.d + a.k) return;  // whole warps
+  reduceElement(a, e);
+}
+
+template <class A>
 __device__ void update(const A& a, unsigned char* smem);
 
 // ---- re-seeding -----------------------------------------------------------------------------
@@ -2404,12 +2425,10 @@ __device__ inline bool reseedBefore(WT da, long long ia, WT db, long long ib) {
   return fartherCandidate(da, ia & ~kReseedLast, db, ib & ~kReseedLast);
 }
 
-/// Sets the IF condition when a cluster is empty; otherwise runs the update (one launch less per
-/// iteration). One block.
+/// Sets the IF condition when a cluster is empty; otherwise runs the update. One block, with
+/// `buf` holding kUpdateShared<WT> bytes; returns whether a cluster is empty (in every thread).
 template <class A>
-__global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
-  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
-  __shared__ __align__(16) unsigned char buf[kUpdateShared<WT>];
+__device__ __forceinline__ int checkEmpty(const A& a, unsigned char* buf) {
   int empty = 0;
   for (int j = threadIdx.x; j < a.k; j += blockDim.x) empty |= a.counts[j] == 0;
   empty = __syncthreads_or(empty);
@@ -2418,10 +2437,53 @@ __global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
     if (!a.hostLoop) {
       cudaGraphSetConditional(a.ifHandle, empty ? 1u : 0u);
       // An empty cluster leaves the inner loop for the re-seeding branch.
-      if (!a.traceSse && empty) cudaGraphSetConditional(a.innerHandle, 0u);
+      if (a.innerLoop && empty) cudaGraphSetConditional(a.innerHandle, 0u);
     }
   }
   if (!empty) update(a, buf);
+  return empty;
+}
+
+/// checkEmpty() after reduceKernel (one launch less per iteration than a separate update).
+template <class A>
+__global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
+  using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
+  __shared__ __align__(16) unsigned char buf[kUpdateShared<WT>];
+  checkEmpty(a, buf);
+}
+
+/// The assignment loop as one persistent kernel (Run::persistent_), for photos small enough that
+/// the fast pass's blocks are all resident at once: per iteration the fast pass, a grid barrier,
+/// the reduction (warp w of the grid takes elements w, w + 8 B, ... with reduceElement's order;
+/// the last block's thread 0 also reads the cancel flag, as reduceKernel's last block does), a
+/// barrier, checkEmpty() in block 0 and a barrier. It leaves the loop when the update stopped it
+/// (stop test or cancel), when a cluster is empty (the graph's IF branch re-seeds and the outer
+/// loop enters this kernel again), or after one iteration with the host loop. So it runs the
+/// kernels of the chain assignFastKernel, reduceKernel, checkEmptyKernel in the same order on the
+/// same data, bit for bit, without the graph's per-node launches between them. It is launched
+/// cooperatively: all its blocks are resident, so no barrier waits for a block that cannot run.
+/// Shared memory: the pass's, at least kUpdateShared<WT> bytes for the update.
+template <class LowT, class HighT, class WT, class LabelT, int DT>
+__global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
+    loopFastKernel(Args<LowT, HighT, WT, LabelT> a) {
+  extern __shared__ __align__(16) unsigned char loopSmem[];
+  // Nothing is held across the pass (the grid handle and bounds are taken afresh after it): the
+  // pass keeps the registers it has in assignFastKernel.
+  for (;;) {
+    assignFastPass<LowT, HighT, WT, LabelT, DT>(a, 1);
+    cooperative_groups::this_grid().sync();
+    const int elements = a.k * a.d + a.k;
+    for (int e = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5); e < elements;
+         e += int(gridDim.x) * kWarps)
+      reduceElement(a, e);
+    if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) a.state->cancelSeen = readCancel(a);
+    cooperative_groups::this_grid().sync();
+    if (blockIdx.x == 0) checkEmpty(a, loopSmem);
+    cooperative_groups::this_grid().sync();
+    // Block 0 wrote these before the barrier; nothing writes them again before the next one.
+    const DeviceState& st = *a.state;
+    if (a.hostLoop || st.stop || st.cancelled || st.reseeding) break;
+  }
 }
 
 /// Block b's list of re-seeding candidates. Each thread keeps its kReseedKeep farthest eligible
@@ -2630,7 +2692,7 @@ __device__ void publish(const A& a, int it, int cancel, const TraceEntry& e) {
     const unsigned go = (a.state->stop || cancel) ? 0u : 1u;
     cudaGraphSetConditional(a.whileHandle, go);
     // Also after the re-seeding branch, for the inner loop's next entry.
-    if (!a.traceSse) cudaGraphSetConditional(a.innerHandle, go);
+    if (a.innerLoop) cudaGraphSetConditional(a.innerHandle, go);
   }
 }
 
@@ -2769,6 +2831,10 @@ __device__ void update(const A& a, unsigned char* smem) {
       for (int j = threadIdx.x - kShiftLanes; j < a.k; j += blockDim.x - kShiftLanes)
         a.ccl[j] = squaredNorm<LowT>(low + j * a.d, a.d);
     }
+    // A block of kShiftLanes threads (loopFastKernel's) has none to spare: the norms follow.
+    if (blockDim.x <= kShiftLanes)
+      for (int j = threadIdx.x; j < a.k; j += blockDim.x)
+        a.ccl[j] = squaredNorm<LowT>(low + j * a.d, a.d);
   } else {
     // The same in stages of kUpdateStage entries: the block computes a stage's values, copies
     // and terms, the first kShiftLanes threads add the terms to their lanes (from shared memory,
@@ -2959,7 +3025,10 @@ class Run final : public LloydRun {
     // re-seeded centres are points, so the data and the initial centres bound them all.
     double maxAbs = in.dataMaxAbs;
     for (double v : in.initialCentres.values) maxAbs = std::max(maxAbs, std::fabs(v));
-    if (d_ == kFastD && maxAbs <= kFastMaxAbs<LowT>) chooseFastShape(sms);
+    if (d_ == kFastD && maxAbs <= kFastMaxAbs<LowT>) {
+      chooseFastShape(sms);
+      choosePersistent(sms);
+    }
     if (fast_) {
       perBlock = kd * sizeof(WT) + std::size_t(k_) * sizeof(unsigned);
     } else {
@@ -3210,6 +3279,7 @@ class Run final : public LloydRun {
     const char* hostLoop = std::getenv("KMSEG_CUDA_HOST_LOOP");
     hostLoop_ = hostLoop && *hostLoop && std::string(hostLoop) != "0";
     args_.hostLoop = hostLoop_;
+    args_.innerLoop = !p.traceSse && !persistent_;
     if (!hostLoop_) buildGraph();
     KMSEG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   }
@@ -3324,6 +3394,7 @@ class Run final : public LloydRun {
     t.flopsPerIteration = double(n_) * k_ * (2.0 * d_ + 3.0);
     t.passBlocks = blocks_;
     t.passBlocksPerSm = fast_ ? perSm_ : 0;
+    t.persistentLoop = persistent_;
     t.deviceBytes = allocated_;
     t.minimalBytes = std::size_t(nd) * sizeof(WT) +
                      (kSharedLow ? 0 : std::size_t(nd) * sizeof(LowT)) + n_ * sizeof(LabelT);
@@ -3385,6 +3456,13 @@ class Run final : public LloydRun {
 
   // Loop body part 1: assignment, reduction, and the update unless a cluster is empty.
   void launchAssignReseed(cudaStream_t s) {
+    if constexpr (kFastD > 0) {
+      if (persistent_) {
+        auto kernel = loopFastKernel<LowT, HighT, WT, LabelT, kFastD>;
+        KMSEG_LAUNCH_COOPERATIVE(kernel, unsigned(blocks_), kAssignThreads, loopShared_, s, args_);
+        return;
+      }
+    }
     launchAssign(s, 1);
     KMSEG_LAUNCH(reduceKernel<A>, reduceBlocks(), kReduceThreads, 0, s, args_, 1);
     KMSEG_LAUNCH(checkEmptyKernel<A>, 1, kOneBlockThreads, 0, s, args_);
@@ -3442,6 +3520,39 @@ class Run final : public LloydRun {
     }
     auto kernel = assignKernel<LowT, HighT, WT, LabelT, DT>;
     KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
+  }
+
+  // The persistent loop (loopFastKernel) in place of the inner loop's three kernels, when the
+  // fast pass's blocks can all be resident at once, the SSE trace is off (its kernels run between
+  // the update and the next pass), and the pass is short: at most kPersistentRounds tile rounds
+  // per warp. There the graph's launches between the kernels are a large share of an iteration;
+  // on larger photos the persistent pass ran slower than the chain's (H200, K = 32, ms per
+  // iteration, persistent against chain: fp32 0.0215 / 0.0255 at 0.26 MP, 0.0308 / 0.0332 at
+  // 1 MP, 0.0389 / 0.0396 at 2 MP, 0.0604 / 0.0567 at 4 MP; fp16>fp32 0.0264 / 0.0304, 0.0424 /
+  // 0.0446, 0.0611 / 0.0624, 0.0893 / 0.0875). KMSEG_CUDA_PERSISTENT=0 keeps the chain, =1 takes
+  // the persistent loop wherever its blocks are resident (for comparisons).
+  void choosePersistent(int sms) {
+    if constexpr (kFastD > 0) {
+      if (!fast_ || in_.params.traceSse) return;
+      const char* env = std::getenv("KMSEG_CUDA_PERSISTENT");
+      const std::string knob = env ? env : "";
+      if (knob == "0") return;
+      if (knob != "1" && (long long)tiles_ > kPersistentRounds * (long long)blocks_ * kWarps)
+        return;
+      int cooperative = 0;
+      KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device_));
+      if (!cooperative) return;
+      auto kernel = loopFastKernel<LowT, HighT, WT, LabelT, kFastD>;
+      const std::size_t shared = std::max(shared_, kUpdateShared<WT>);
+      KMSEG_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+      int perSm = 0;
+      KMSEG_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kAssignThreads, shared));
+      if ((long long)perSm * sms < blocks_) return;
+      persistent_ = true;
+      loopShared_ = shared;
+    }
   }
 
   // The fast pass's shape: the most accumulator slots per warp whose shared memory lets four
@@ -3556,7 +3667,7 @@ class Run final : public LloydRun {
     // The inner loop (its handle set before any kernel of the loop is captured with args_).
     cudaGraph_t part1 = body;
     cudaGraphNode_t innerNode = nullptr;
-    if (!args_.traceSse) {
+    if (args_.innerLoop) {
       KMSEG_CUDA_CHECK(cudaGraphConditionalHandleCreate(&args_.innerHandle, body, 1,
                                                         cudaGraphCondAssignDefault));
       cudaGraphNodeParams np{};
@@ -3618,8 +3729,10 @@ class Run final : public LloydRun {
   std::unique_ptr<Staging> ownStaging_;  ///< when the inputs bring none
   Staging* staging_ = nullptr;
   bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false, hostLoop_ = false;
-  bool tiled_ = false;  // the generic pass labels by tiles (D >= kTiledMinD)
-  int perSm_ = 0;       // the fast pass's resident blocks per SM
+  bool tiled_ = false;          // the generic pass labels by tiles (D >= kTiledMinD)
+  bool persistent_ = false;     // loopFastKernel runs the inner loop (choosePersistent)
+  std::size_t loopShared_ = 0;  // its dynamic shared memory
+  int perSm_ = 0;               // the fast pass's resident blocks per SM
   int fastSlotShift_ = 0;
   std::size_t shared_ = 0, chunk_ = 0;
   int blocks_ = 0;

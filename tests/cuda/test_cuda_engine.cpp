@@ -885,6 +885,65 @@ TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
   EXPECT_LE(seen, 4);
 }
 
+// Photos whose fast-pass blocks are all resident at once run the loop in one persistent kernel
+// (loopFastKernel) instead of the graph's chain of the pass, the reduction and the update per
+// iteration. Its results must be the chain's bit for bit in every mode: on a photo, through the
+// re-seeding branch (the kernel leaves the loop on an empty cluster and is entered again), with
+// the repeat rule, and under cancellation; the SSE trace keeps the chain, and so does
+// KMSEG_CUDA_PERSISTENT=0.
+TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
+  const Photo coffeePhoto = photo("samples/coffee.png");
+  const Matrix& coffee = coffeePhoto.features;
+  const Matrix reseed = randomData(3001, 5, 23);
+  std::vector<DataCase> cases;
+  cases.push_back({"coffee K=32", coffee,
+                   gatherRows(coffee, chooseInitialCentres(coffee, 32, Init::RandomPoints, 5)), 32,
+                   coffeePhoto.width});
+  cases.push_back({"re-seeding", reseed, gatherRows(reseed, {0, 0, 1, 1, 2, 3}), 6});
+  for (const DataCase& c : cases) {
+    for (Mode mode : kAllModes) {
+      SCOPED_TRACE(std::string(c.what) + ", mode " + std::string(modeName(mode)));
+      KMeansParams p = paramsFor(mode, c.k, 60);
+      p.imageWidth = c.width;
+      p.detectRepeats = true;
+      p.traceSse = false;
+      EXPECT_TRUE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
+      const KMeansResult persistent = gpu->run(c.data, c.init, p);
+      KMeansResult chain;
+      {
+        ScopedEnv env("KMSEG_CUDA_PERSISTENT", "0");
+        EXPECT_FALSE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
+        chain = gpu->run(c.data, c.init, p);
+      }
+      expectSameRun(persistent, chain);
+      if (std::string(c.what) == "re-seeding") EXPECT_GT(persistent.emptyClusterEvents, 0);
+      p.traceSse = true;
+      EXPECT_FALSE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
+    }
+  }
+  // Cancellation takes effect within one iteration, on data whose iterations (about 0.15 ms each
+  // on an H200) outlast the host's polling interval, so that the count measures the device's
+  // reaction, not the host's; its pass is long enough that the loop takes the persistent kernel
+  // only when told to.
+  ScopedEnv persistentEnv("KMSEG_CUDA_PERSISTENT", "1");
+  const Matrix big = randomData(400'000, 5, 7);
+  const Matrix bigInit = gatherRows(big, chooseInitialCentres(big, 256, Init::RandomPoints, 1));
+  KMeansParams p = paramsFor(Mode::Fp16Fp32, 256, 300);
+  p.tolerance = 0;
+  p.detectCycles = false;
+  p.traceSse = false;
+  KMeansParams few = p;
+  few.maxIterations = 2;
+  const CudaTiming t = timeCudaRun(big, bigInit, few, 1);
+  EXPECT_TRUE(t.persistentLoop);
+  const int seen = iterationsSeenWhenCancelledAt3(*gpu, big, bigInit, p);
+  EXPECT_GE(seen, 3);
+  EXPECT_LE(seen, 5) << "the cancel flag is read in every iteration (" << t.msFullRun / 2
+                     << " ms each)";
+}
+
 // The tiled mixed pass (D >= 16) takes a pair that falls back through the direct formula and
 // one that does not through the expanded value, in different steps; a tie between the two must
 // still go to the lower index, as in the sequential scan. On the first axis of D = 16 (the other
