@@ -404,7 +404,8 @@ TEST_P(CudaEveryMode, EdgeSizes) {
 }
 
 // Every kernel variant on small data and few iterations, twice: the fast pass (D = 5) with 8-bit
-// and 16-bit labels, the generic pass (D = 7), re-seeding (the IF branch), and the SSE trace.
+// and 16-bit labels, the generic pass (D = 7), re-seeding (the IF branch), the SSE trace, and the
+// persistent loop.
 // Small enough for compute-sanitizer's racecheck, which runs the whole suite far too slowly:
 //   KMSEG_CUDA_HOST_LOOP=1 compute-sanitizer --tool racecheck kmseg_cuda_tests
 //     --gtest_filter='*SmallRunsOfEveryKernelVariant*'
@@ -434,19 +435,23 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
   const Matrix r5 = randomData(1200, 5, 23);
   cases.push_back({"re-seeding", r5, gatherRows(r5, {0, 0, 1, 1, 2, 3}), 6});
   for (const DataCase& c : cases) {
-    SCOPED_TRACE(c.what);
-    KMeansParams p = paramsFor(GetParam(), c.k, 3);
-    p.traceSse = true;
-    p.imageWidth = c.width;
-    const KMeansResult a = gpu->run(c.data, c.init, p);
-    const KMeansResult b = gpu->run(c.data, c.init, p);
-    ASSERT_EQ(a.labels.size(), c.data.rows);
-    for (auto l : a.labels) ASSERT_TRUE(l >= 0 && l < c.k);
-    EXPECT_EQ(a.labels, b.labels);
-    EXPECT_EQ(a.centroids.values, b.centroids.values);
-    EXPECT_EQ(a.trace.size(), std::size_t(a.iterations));
-    EXPECT_GE(a.sse, 0.0);
-    if (std::string(c.what) == "re-seeding") EXPECT_GT(a.emptyClusterEvents, 0);
+    // With the SSE trace the loop is the chain of kernels; without it the fast pass's small runs
+    // take the persistent loop (loopFastKernel).
+    for (bool sse : {true, false}) {
+      SCOPED_TRACE(std::string(c.what) + (sse ? ", SSE traced" : ", no SSE trace"));
+      KMeansParams p = paramsFor(GetParam(), c.k, 3);
+      p.traceSse = sse;
+      p.imageWidth = c.width;
+      const KMeansResult a = gpu->run(c.data, c.init, p);
+      const KMeansResult b = gpu->run(c.data, c.init, p);
+      ASSERT_EQ(a.labels.size(), c.data.rows);
+      for (auto l : a.labels) ASSERT_TRUE(l >= 0 && l < c.k);
+      EXPECT_EQ(a.labels, b.labels);
+      EXPECT_EQ(a.centroids.values, b.centroids.values);
+      EXPECT_EQ(a.trace.size(), std::size_t(a.iterations));
+      EXPECT_GE(a.sse, 0.0);
+      if (std::string(c.what) == "re-seeding") EXPECT_GT(a.emptyClusterEvents, 0);
+    }
   }
 }
 
