@@ -17,7 +17,9 @@
 //        assignKernel (sums only), reduceKernel, updateKernel }
 //   [sseKernel -> publishKernel]  when the trace wants the SSE
 // Without the SSE trace the first three run in an inner WHILE loop, which an empty cluster or the
-// stop test leaves, and the IF node follows that loop inside the outer one (Run::buildGraph).
+// stop test leaves, and the IF node follows that loop inside the outer one (Run::buildGraph); for
+// small photos one persistent kernel, loopFastKernel, takes that inner loop's place
+// (Run::choosePersistent).
 // The kernel that completes the iteration (the update, or publishKernel with the SSE trace)
 // writes its trace entry to device memory and to pinned mapped host memory, reads the cancel
 // flag from mapped memory and sets the WHILE conditions. With KMSEG_CUDA_HOST_LOOP=1
@@ -2347,21 +2349,7 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
   assignFastPass<LowT, HighT, WT, LabelT, DT>(a, assign);
 }
 
-/// Sums the block partials, one element per warp: warp w of the grid takes sums[w] for w < K D,
-/// else counts[w - K D]. Determinism: a fixed order that depends only on the number of partials:
-/// 256 serial sums (sum t of partials t, t + 256, ...) added in a binary tree (sum t takes
-/// sum t + 128 for t < 128, then t + 64 for t < 64, ..., t + 1 for t = 0); lane l holds the serial
-/// sums t = l + 32 i, so the tree's first three levels stay in the lane and the last five are
-/// shuffles.
-///
-/// The grid's last block only reads the host's cancel flag into DeviceState::cancelSeen for the
-/// update. The update read it itself until then, and its block waited for the round trip over
-/// the bus (H200, K = 32, three alternating runs of each build, ms per iteration: fp32 0.0263 /
-/// 0.0260 / 0.0260 -> 0.0258 / 0.0253 / 0.0253 at 0.26 MP, 0.0960 / 0.0964 / 0.0954 -> 0.0949 /
-/// 0.0949 / 0.0951 at 12 MP; fp64 0.0303 / 0.0305 / 0.0302 -> 0.0296 / 0.0295 / 0.0294 at 0.26
-/// MP, level at 12 MP). The reduction's own duration did not change (ncu: 3.1-3.2 us at 0.26 MP
-/// either way).
-/// reduceKernel's work for element e (< K D + K), by one whole warp.
+/// reduceKernel's work for element e (< K D + K), by one whole warp (see there).
 template <class A>
 __device__ __forceinline__ void reduceElement(const A& a, int e) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
@@ -2405,6 +2393,20 @@ __device__ __forceinline__ void reduceElement(const A& a, int e) {
   }
 }
 
+/// Sums the block partials, one element per warp: warp w of the grid takes sums[w] for w < K D,
+/// else counts[w - K D]. Determinism: a fixed order that depends only on the number of partials:
+/// 256 serial sums (sum t of partials t, t + 256, ...) added in a binary tree (sum t takes
+/// sum t + 128 for t < 128, then t + 64 for t < 64, ..., t + 1 for t = 0); lane l holds the serial
+/// sums t = l + 32 i, so the tree's first three levels stay in the lane and the last five are
+/// shuffles.
+///
+/// The grid's last block only reads the host's cancel flag into DeviceState::cancelSeen for the
+/// update. The update read it itself until then, and its block waited for the round trip over
+/// the bus (H200, K = 32, three alternating runs of each build, ms per iteration: fp32 0.0263 /
+/// 0.0260 / 0.0260 -> 0.0258 / 0.0253 / 0.0253 at 0.26 MP, 0.0960 / 0.0964 / 0.0954 -> 0.0949 /
+/// 0.0949 / 0.0951 at 12 MP; fp64 0.0303 / 0.0305 / 0.0302 -> 0.0296 / 0.0295 / 0.0294 at 0.26
+/// MP, level at 12 MP). The reduction's own duration did not change (ncu: 3.1-3.2 us at 0.26 MP
+/// either way).
 template <class A>
 __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) {
   if (blockIdx.x == gridDim.x - 1) {
