@@ -175,6 +175,11 @@ struct DeviceState {
   // loopFastKernel's signals, counted over the run: blocks whose pass of an iteration is done,
   // reducing blocks done, and the iteration whose update is done.
   unsigned long long loopArrived, loopReduced, loopDone;
+  // With the SSE trace: blocks whose SSE partial is written, the iteration whose trace entry is
+  // published, the SSE rounds loopFastKernel has published, and 1 when it left an iteration's SSE
+  // to the graph's sseKernel and publishKernel (it left the loop for re-seeding).
+  unsigned long long loopSse, loopPublished;
+  int sseRounds, sseDue;
 };
 
 /// Pinned mapped host memory shared with the running graph.
@@ -291,6 +296,7 @@ struct Args {
   // (Run::buildGraph); innerLoop says whether it does.
   cudaGraphConditionalHandle innerHandle;
   int innerLoop;
+  int persistent;  // 1: loopFastKernel runs the iterations (Run::choosePersistent)
 };
 
 // ---- small device helpers ---------------------------------------------------------------------
@@ -2421,6 +2427,10 @@ __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) 
 
 template <class A>
 __device__ void update(const A& a, unsigned char* smem);
+template <class A>
+__device__ void ssePass(const A& a, double* buf);
+template <class A>
+__device__ void publishSse(const A& a, double* buf);
 
 // ---- re-seeding -----------------------------------------------------------------------------
 //
@@ -2484,11 +2494,15 @@ __global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
 /// signal, reduce (warp w of them takes elements w, w + 8 reducers, ... with reduceElement's
 /// order) and signal (loopReduced); block 0, which has read the host's cancel flag meanwhile,
 /// waits for them, runs checkEmpty() (the update, unless a cluster is empty) and signals the
-/// iteration done (loopDone); every block waits for that. So it runs the chain
+/// iteration done (loopDone); every block waits for that. With the SSE trace every block then
+/// runs the SSE pass and signals (loopSse), and block 0 adds the partials and publishes the trace
+/// entry (loopPublished), as sseKernel and publishKernel do. So it runs the chain
 /// assignFastKernel, reduceKernel, checkEmptyKernel in the same order on the same data, bit for
-/// bit, without the graph's launches between them. It leaves the loop when the update stopped
-/// it (stop test or cancel), when a cluster is empty (the graph's IF branch re-seeds and the outer
-/// loop launches it again), or after one iteration with the host loop. The signals are counters
+/// bit, without the graph's launches between them. It leaves the loop when the update (or with
+/// the SSE trace, the publishing) stopped it (stop test or cancel), when a cluster is empty (the
+/// graph's IF branch re-seeds, the graph's sseKernel and publishKernel complete that iteration
+/// when the SSE is traced, and the outer loop launches it again), or after one iteration with the
+/// host loop. The signals are counters
 /// over the run (every iteration's assignment runs here once, so iteration it is the it-th), and
 /// only the blocks that need a signal wait for it: grid barriers (cooperative_groups) in their
 /// place, every block waiting three times per iteration, took 0.3-0.9 us more per iteration
@@ -2496,7 +2510,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
 /// 0.0228 ms, fp16 0.0220 / 0.0221 against 0.0229 / 0.0228, fp64 0.0252 / 0.0246 against 0.0259
 /// / 0.0256; fp16>fp32 level). It is launched cooperatively: all its blocks are resident, so no
 /// wait is for a block that cannot run. Shared memory: the pass's, and at least
-/// kUpdateShared<WT> bytes for the update.
+/// kUpdateShared<WT> bytes for the update and kOneBlockThreads doubles for the SSE's sum.
 template <class LowT, class HighT, class WT, class LabelT, int DT>
 __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
     loopFastKernel(Args<LowT, HighT, WT, LabelT> a) {
@@ -2529,6 +2543,29 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     // Block 0 wrote these before its signal, and writes them again only after this block's
     // next pass.
     const DeviceState& st = *a.state;
+    if (a.traceSse) {
+      if (st.reseeding) {
+        // The SSE follows the re-seeding, in the graph's kernels.
+        if (blockIdx.x == 0 && threadIdx.x == 0) a.state->sseDue = 1;
+      } else {
+        // The SSE pass, then block 0 adds the partials and publishes, as sseKernel and
+        // publishKernel would.
+        double* buf = reinterpret_cast<double*>(loopSmem);
+        ssePass(a, buf);
+        if (threadIdx.x == 0) addRelease(&a.state->loopSse, 1ull);
+        if (blockIdx.x == 0) {
+          const int round = a.state->sseRounds + 1;
+          waitAtLeast(&a.state->loopSse, (unsigned long long)round * gridDim.x);
+          publishSse(a, buf);
+          __syncthreads();
+          if (threadIdx.x == 0) {
+            a.state->sseRounds = round;
+            storeRelease(&a.state->loopPublished, it);
+          }
+        }
+        waitAtLeast(&a.state->loopPublished, it);
+      }
+    }
     if (a.hostLoop || st.stop || st.cancelled || st.reseeding) break;
   }
 }
@@ -2954,9 +2991,9 @@ inline constexpr int kSseWarpRowsMinD = 32;
 /// Determinism: each thread adds its terms in order (below kSseWarpRowsMinD its points, stride
 /// blockDim, feature by feature; from there on its features of the warp's points, stride
 /// kWarps), then a fixed tree.
+/// `buf` holds kAssignThreads doubles; the block has kAssignThreads threads.
 template <class A>
-__global__ void __launch_bounds__(kAssignThreads) sseKernel(A a) {
-  __shared__ double buf[kAssignThreads];
+__device__ void ssePass(const A& a, double* buf) {
   const long long begin = blockIdx.x * a.chunk;
   const long long end = min(a.n, begin + a.chunk);
   const int d = a.d;
@@ -2999,17 +3036,30 @@ __global__ void __launch_bounds__(kAssignThreads) sseKernel(A a) {
   if (threadIdx.x == 0) a.ssePartial[blockIdx.x] = buf[0];
 }
 
-/// Adds the SSE partials (fixed tree), completes the trace entry and publishes it. One block.
+/// ssePass() as a kernel. With the persistent loop it works only for the iteration whose SSE
+/// loopFastKernel left to the graph (DeviceState::sseDue).
 template <class A>
-__global__ void __launch_bounds__(kOneBlockThreads) publishKernel(A a) {
-  __shared__ double buf[kOneBlockThreads];
+__global__ void __launch_bounds__(kAssignThreads) sseKernel(A a) {
+  __shared__ double buf[kAssignThreads];
+  if (a.persistent && !a.state->sseDue) return;
+  ssePass(a, buf);
+}
+
+/// Adds the SSE partials, completes the trace entry and publishes it. One block of any size that
+/// divides kOneBlockThreads, `buf` holding kOneBlockThreads doubles. Determinism: the order is
+/// that of kOneBlockThreads threads whatever the block's size: serial sums v (of partials v, v +
+/// kOneBlockThreads, ...) for v < kOneBlockThreads, then a binary tree over them.
+template <class A>
+__device__ void publishSse(const A& a, double* buf) {
   const int cancel = threadIdx.x == 0 ? readCancel(a) : 0;
-  double s = 0.0;
-  for (int b = threadIdx.x; b < a.blocks; b += blockDim.x) s = s + a.ssePartial[b];
-  buf[threadIdx.x] = s;
+  for (int v = threadIdx.x; v < kOneBlockThreads; v += blockDim.x) {
+    double s = 0.0;
+    for (int b = v; b < a.blocks; b += kOneBlockThreads) s = s + a.ssePartial[b];
+    buf[v] = s;
+  }
   __syncthreads();
   for (int h = kOneBlockThreads / 2; h > 0; h >>= 1) {
-    if (threadIdx.x < h) buf[threadIdx.x] = buf[threadIdx.x] + buf[threadIdx.x + h];
+    for (int v = threadIdx.x; v < h; v += blockDim.x) buf[v] = buf[v] + buf[v + h];
     __syncthreads();
   }
   if (threadIdx.x == 0) {
@@ -3019,6 +3069,15 @@ __global__ void __launch_bounds__(kOneBlockThreads) publishKernel(A a) {
     a.trace[it - 1] = e;
     publish(a, it, cancel, e);
   }
+}
+
+/// publishSse() as a kernel (see sseKernel for the persistent loop).
+template <class A>
+__global__ void __launch_bounds__(kOneBlockThreads) publishKernel(A a) {
+  __shared__ double buf[kOneBlockThreads];
+  if (a.persistent && !a.state->sseDue) return;
+  publishSse(a, buf);
+  if (threadIdx.x == 0) a.state->sseDue = 0;
 }
 
 // ---- host side ---------------------------------------------------------------------------------
@@ -3327,6 +3386,7 @@ class Run final : public LloydRun {
     hostLoop_ = hostLoop && *hostLoop && std::string(hostLoop) != "0";
     args_.hostLoop = hostLoop_;
     args_.innerLoop = !p.traceSse && !persistent_;
+    args_.persistent = persistent_;
     if (!hostLoop_) buildGraph();
     KMSEG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   }
@@ -3569,18 +3629,17 @@ class Run final : public LloydRun {
     KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
   }
 
-  // The persistent loop (loopFastKernel) in place of the inner loop's three kernels, when the
-  // fast pass's blocks can all be resident at once, the SSE trace is off (its kernels run between
-  // the update and the next pass), and the pass is short: at most kPersistentRounds tile rounds
-  // per warp. There the graph's launches between the kernels are a large share of an iteration;
-  // on larger photos the persistent pass ran slower than the chain's (H200, K = 32, ms per
-  // iteration, persistent against chain: fp32 0.0215 / 0.0255 at 0.26 MP, 0.0308 / 0.0332 at
-  // 1 MP, 0.0389 / 0.0396 at 2 MP, 0.0604 / 0.0567 at 4 MP; fp16>fp32 0.0264 / 0.0304, 0.0424 /
+  // The persistent loop (loopFastKernel) in place of the loop's chain of kernels, when the fast
+  // pass's blocks can all be resident at once and the pass is short: at most kPersistentRounds
+  // tile rounds per warp. There the graph's launches between the kernels are a large share of an
+  // iteration; on larger photos the persistent pass ran slower than the chain's (H200, K = 32, ms
+  // per iteration, persistent against chain: fp32 0.0215 / 0.0255 at 0.26 MP, 0.0308 / 0.0332 at 1
+  // MP, 0.0389 / 0.0396 at 2 MP, 0.0604 / 0.0567 at 4 MP; fp16>fp32 0.0264 / 0.0304, 0.0424 /
   // 0.0446, 0.0611 / 0.0624, 0.0893 / 0.0875). KMSEG_CUDA_PERSISTENT=0 keeps the chain, =1 takes
   // the persistent loop wherever its blocks are resident (for comparisons).
   void choosePersistent(int sms) {
     if constexpr (kFastD > 0) {
-      if (!fast_ || in_.params.traceSse) return;
+      if (!fast_) return;
       const char* env = std::getenv("KMSEG_CUDA_PERSISTENT");
       const std::string knob = env ? env : "";
       if (knob == "0") return;
@@ -3590,7 +3649,8 @@ class Run final : public LloydRun {
       KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device_));
       if (!cooperative) return;
       auto kernel = loopFastKernel<LowT, HighT, WT, LabelT, kFastD>;
-      const std::size_t shared = std::max(shared_, kUpdateShared<WT>);
+      const std::size_t shared =
+          std::max({shared_, kUpdateShared<WT>, kOneBlockThreads * sizeof(double)});
       KMSEG_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
       int perSm = 0;

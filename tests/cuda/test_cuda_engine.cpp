@@ -201,6 +201,27 @@ void expectSameRun(const KMeansResult& g, const KMeansResult& h) {
   }
 }
 
+// Sets an environment variable for a scope and restores it afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v, hadOld_ = true;
+    ::setenv(name, value, 1);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (hadOld_)
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool hadOld_ = false;
+};
+
 class CudaEveryMode : public ::testing::TestWithParam<Mode> {};
 
 std::string modeLabel(const ::testing::TestParamInfo<Mode>& info) {
@@ -435,10 +456,13 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
   const Matrix r5 = randomData(1200, 5, 23);
   cases.push_back({"re-seeding", r5, gatherRows(r5, {0, 0, 1, 1, 2, 3}), 6});
   for (const DataCase& c : cases) {
-    // With the SSE trace the loop is the chain of kernels; without it the fast pass's small runs
-    // take the persistent loop (loopFastKernel).
-    for (bool sse : {true, false}) {
-      SCOPED_TRACE(std::string(c.what) + (sse ? ", SSE traced" : ", no SSE trace"));
+    // The fast pass's small runs take the persistent loop (loopFastKernel), with and without the
+    // SSE trace, unless told to keep the chain of kernels.
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool sse = variant != 1, chain = variant == 2;
+      SCOPED_TRACE(std::string(c.what) + (sse ? ", SSE traced" : ", no SSE trace") +
+                   (chain ? ", chain" : ""));
+      ScopedEnv env("KMSEG_CUDA_PERSISTENT", chain ? "0" : "");
       KMeansParams p = paramsFor(GetParam(), c.k, 3);
       p.traceSse = sse;
       p.imageWidth = c.width;
@@ -583,27 +607,6 @@ TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
     EXPECT_LE(mismatchFraction(a.labels, b.labels), 1e-3) << modeName(mode);
   }
 }
-
-// Sets an environment variable for a scope and restores it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v, hadOld_ = true;
-    ::setenv(name, value, 1);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  ~ScopedEnv() {
-    if (hadOld_)
-      ::setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool hadOld_ = false;
-};
 
 // Many clusters empty at once (the CUDA engine merges per-block lists of the farthest points,
 // and scans every point only when a list runs out): the CPU's re-seeding, point for point, in
@@ -891,11 +894,11 @@ TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
 }
 
 // Photos whose fast-pass blocks are all resident at once run the loop in one persistent kernel
-// (loopFastKernel) instead of the graph's chain of the pass, the reduction and the update per
-// iteration. Its results must be the chain's bit for bit in every mode: on a photo, through the
-// re-seeding branch (the kernel leaves the loop on an empty cluster and is entered again), with
-// the repeat rule, and under cancellation; the SSE trace keeps the chain, and so does
-// KMSEG_CUDA_PERSISTENT=0.
+// (loopFastKernel) instead of the graph's chain of the pass, the reduction and the update (and
+// with the SSE trace the SSE pass and the publishing) per iteration. Its results must be the
+// chain's (KMSEG_CUDA_PERSISTENT=0) bit for bit in every mode: on a photo, through the re-seeding
+// branch (the kernel leaves the loop on an empty cluster and is entered again), with and without
+// the SSE trace, with the repeat rule, and under cancellation.
 TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();
@@ -909,23 +912,29 @@ TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
   cases.push_back({"re-seeding", reseed, gatherRows(reseed, {0, 0, 1, 1, 2, 3}), 6});
   for (const DataCase& c : cases) {
     for (Mode mode : kAllModes) {
-      SCOPED_TRACE(std::string(c.what) + ", mode " + std::string(modeName(mode)));
-      KMeansParams p = paramsFor(mode, c.k, 60);
-      p.imageWidth = c.width;
-      p.detectRepeats = true;
-      p.traceSse = false;
-      EXPECT_TRUE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
-      const KMeansResult persistent = gpu->run(c.data, c.init, p);
-      KMeansResult chain;
-      {
-        ScopedEnv env("KMSEG_CUDA_PERSISTENT", "0");
-        EXPECT_FALSE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
-        chain = gpu->run(c.data, c.init, p);
+      for (bool sse : {false, true}) {
+        SCOPED_TRACE(std::string(c.what) + ", mode " + std::string(modeName(mode)) +
+                     (sse ? ", SSE traced" : ", no SSE trace"));
+        KMeansParams p = paramsFor(mode, c.k, 60);
+        p.imageWidth = c.width;
+        p.detectRepeats = true;
+        p.traceSse = sse;
+        EXPECT_TRUE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
+        int calls = 0;
+        RunControl control;
+        control.progress = [&](const IterationStats& s) { EXPECT_EQ(s.iteration, ++calls); };
+        const KMeansResult persistent = gpu->run(c.data, c.init, p, control);
+        EXPECT_EQ(calls, persistent.iterations);
+        KMeansResult chain;
+        {
+          ScopedEnv env("KMSEG_CUDA_PERSISTENT", "0");
+          EXPECT_FALSE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
+          chain = gpu->run(c.data, c.init, p);
+        }
+        expectSameRun(persistent, chain);
+        if (std::string(c.what) == "re-seeding") EXPECT_GT(persistent.emptyClusterEvents, 0);
+        if (sse) EXPECT_GT(persistent.trace.back().sse, 0.0);
       }
-      expectSameRun(persistent, chain);
-      if (std::string(c.what) == "re-seeding") EXPECT_GT(persistent.emptyClusterEvents, 0);
-      p.traceSse = true;
-      EXPECT_FALSE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
     }
   }
   // Cancellation takes effect within one iteration, on data whose iterations (about 0.15 ms each
@@ -938,7 +947,6 @@ TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
   KMeansParams p = paramsFor(Mode::Fp16Fp32, 256, 300);
   p.tolerance = 0;
   p.detectCycles = false;
-  p.traceSse = false;
   KMeansParams few = p;
   few.maxIterations = 2;
   const CudaTiming t = timeCudaRun(big, bigInit, few, 1);
