@@ -62,8 +62,8 @@ void launch(const LaunchSite& site, void (*kernel)(KernelArgs...), unsigned bloc
   checkLaunch(site, stream);
 }
 
-/// Launches `kernel` as launch() does, cooperatively: every block resident at once (for grid
-/// barriers), or the launch fails, with the error named after `site`.
+/// Launches `kernel` as launch() does, cooperatively: every block resident at once (so that
+/// blocks may wait for each other), or the launch fails, with the error named after `site`.
 template <class... KernelArgs, class... Args>
 void launchCooperative(const LaunchSite& site, void (*kernel)(KernelArgs...), unsigned blocks,
                        unsigned threads, std::size_t shared, cudaStream_t stream, Args&&... args) {

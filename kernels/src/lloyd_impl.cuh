@@ -175,11 +175,11 @@ struct DeviceState {
   // loopFastKernel's signals, counted over the run: blocks whose pass of an iteration is done,
   // reducing blocks done, and the iteration whose update is done.
   unsigned long long loopArrived, loopReduced, loopDone;
-  // With the SSE trace: blocks whose SSE partial is written, the iteration whose trace entry is
-  // published, the SSE rounds loopFastKernel has published, and 1 when it left an iteration's SSE
+  // With the SSE trace: blocks past an iteration's SSE pass (or leaving it to the graph), the
+  // iteration whose trace entry is published, and 1 when loopFastKernel left an iteration's SSE
   // to the graph's sseKernel and publishKernel (it left the loop for re-seeding).
   unsigned long long loopSse, loopPublished;
-  int sseRounds, sseDue;
+  int sseDue;
 };
 
 /// Pinned mapped host memory shared with the running graph.
@@ -293,11 +293,16 @@ struct Args {
   cudaGraphConditionalHandle whileHandle;
   cudaGraphConditionalHandle ifHandle;
   // The inner loop of the graph, which exists without the SSE trace and the persistent loop
-  // (Run::buildGraph); innerLoop says whether it does.
+  // (Run::buildGraph, hasInnerLoop).
   cudaGraphConditionalHandle innerHandle;
-  int innerLoop;
   int persistent;  // 1: loopFastKernel runs the iterations (Run::choosePersistent)
 };
+
+/// Whether the graph has the inner loop of `a.innerHandle`.
+template <class A>
+__host__ __device__ inline bool hasInnerLoop(const A& a) {
+  return !a.traceSse && !a.persistent;
+}
 
 // ---- small device helpers ---------------------------------------------------------------------
 
@@ -2473,7 +2478,7 @@ __device__ __forceinline__ int checkEmpty(const A& a, unsigned char* buf) {
     if (!a.hostLoop) {
       cudaGraphSetConditional(a.ifHandle, empty ? 1u : 0u);
       // An empty cluster leaves the inner loop for the re-seeding branch.
-      if (a.innerLoop && empty) cudaGraphSetConditional(a.innerHandle, 0u);
+      if (hasInnerLoop(a) && empty) cudaGraphSetConditional(a.innerHandle, 0u);
     }
   }
   if (!empty) update(a, buf);
@@ -2522,8 +2527,9 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     if (threadIdx.x == 0) addRelease(&a.state->loopArrived, 1ull);
     const int elements = a.k * a.d + a.k;
     const int reducers = min(int(gridDim.x), (elements + kWarps - 1) / kWarps);
+    // The update's cancel flag (with the SSE trace publishSse reads its own); its trip overlaps.
     int cancel = 0;
-    if (blockIdx.x == 0 && threadIdx.x == 0) cancel = readCancel(a);  // its trip overlaps
+    if (!a.traceSse && blockIdx.x == 0 && threadIdx.x == 0) cancel = readCancel(a);
     if (int(blockIdx.x) < reducers) {
       waitAtLeast(&a.state->loopArrived, it * gridDim.x);
       for (int e = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5); e < elements;
@@ -2544,24 +2550,20 @@ __global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, W
     // next pass.
     const DeviceState& st = *a.state;
     if (a.traceSse) {
+      // Every block signals once per iteration, also when it leaves the SSE to the graph's
+      // kernels after the re-seeding: iteration it's SSE partials are in at it B signals.
+      double* buf = reinterpret_cast<double*>(loopSmem);
+      if (!st.reseeding) ssePass(a, buf);
+      if (threadIdx.x == 0) addRelease(&a.state->loopSse, 1ull);
       if (st.reseeding) {
-        // The SSE follows the re-seeding, in the graph's kernels.
         if (blockIdx.x == 0 && threadIdx.x == 0) a.state->sseDue = 1;
       } else {
-        // The SSE pass, then block 0 adds the partials and publishes, as sseKernel and
-        // publishKernel would.
-        double* buf = reinterpret_cast<double*>(loopSmem);
-        ssePass(a, buf);
-        if (threadIdx.x == 0) addRelease(&a.state->loopSse, 1ull);
+        // Block 0 adds the partials and publishes, as publishKernel would.
         if (blockIdx.x == 0) {
-          const int round = a.state->sseRounds + 1;
-          waitAtLeast(&a.state->loopSse, (unsigned long long)round * gridDim.x);
+          waitAtLeast(&a.state->loopSse, it * gridDim.x);
           publishSse(a, buf);
           __syncthreads();
-          if (threadIdx.x == 0) {
-            a.state->sseRounds = round;
-            storeRelease(&a.state->loopPublished, it);
-          }
+          if (threadIdx.x == 0) storeRelease(&a.state->loopPublished, it);
         }
         waitAtLeast(&a.state->loopPublished, it);
       }
@@ -2776,7 +2778,7 @@ __device__ void publish(const A& a, int it, int cancel, const TraceEntry& e) {
     const unsigned go = (a.state->stop || cancel) ? 0u : 1u;
     cudaGraphSetConditional(a.whileHandle, go);
     // Also after the re-seeding branch, for the inner loop's next entry.
-    if (a.innerLoop) cudaGraphSetConditional(a.innerHandle, go);
+    if (hasInnerLoop(a)) cudaGraphSetConditional(a.innerHandle, go);
   }
 }
 
@@ -3385,7 +3387,6 @@ class Run final : public LloydRun {
     const char* hostLoop = std::getenv("KMSEG_CUDA_HOST_LOOP");
     hostLoop_ = hostLoop && *hostLoop && std::string(hostLoop) != "0";
     args_.hostLoop = hostLoop_;
-    args_.innerLoop = !p.traceSse && !persistent_;
     args_.persistent = persistent_;
     if (!hostLoop_) buildGraph();
     KMSEG_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
@@ -3633,10 +3634,11 @@ class Run final : public LloydRun {
   // pass's blocks can all be resident at once and the pass is short: at most kPersistentRounds
   // tile rounds per warp. There the graph's launches between the kernels are a large share of an
   // iteration; on larger photos the persistent pass ran slower than the chain's (H200, K = 32, ms
-  // per iteration, persistent against chain: fp32 0.0215 / 0.0255 at 0.26 MP, 0.0308 / 0.0332 at 1
-  // MP, 0.0389 / 0.0396 at 2 MP, 0.0604 / 0.0567 at 4 MP; fp16>fp32 0.0264 / 0.0304, 0.0424 /
-  // 0.0446, 0.0611 / 0.0624, 0.0893 / 0.0875). KMSEG_CUDA_PERSISTENT=0 keeps the chain, =1 takes
-  // the persistent loop wherever its blocks are resident (for comparisons).
+  // per iteration, the persistent loop with grid barriers (e6530b8) against the chain: fp32
+  // 0.0215 / 0.0255 at 0.26 MP, 0.0308 / 0.0332 at 1 MP, 0.0389 / 0.0396 at 2 MP, 0.0604 / 0.0567
+  // at 4 MP; fp16>fp32 0.0264 / 0.0304, 0.0424 / 0.0446, 0.0611 / 0.0624, 0.0893 / 0.0875).
+  // KMSEG_CUDA_PERSISTENT=0 keeps the chain, =1 takes the persistent loop wherever its blocks are
+  // resident (for comparisons); unset or any other value, this rule.
   void choosePersistent(int sms) {
     if constexpr (kFastD > 0) {
       if (!fast_) return;
@@ -3774,7 +3776,7 @@ class Run final : public LloydRun {
     // The inner loop (its handle set before any kernel of the loop is captured with args_).
     cudaGraph_t part1 = body;
     cudaGraphNode_t innerNode = nullptr;
-    if (args_.innerLoop) {
+    if (hasInnerLoop(args_)) {
       KMSEG_CUDA_CHECK(cudaGraphConditionalHandleCreate(&args_.innerHandle, body, 1,
                                                         cudaGraphCondAssignDefault));
       cudaGraphNodeParams np{};

@@ -939,9 +939,9 @@ TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
   }
   // Cancellation takes effect within one iteration, on data whose iterations (about 0.15 ms each
   // on an H200) outlast the host's polling interval, so that the count measures the device's
-  // reaction, not the host's; its pass is long enough that the loop takes the persistent kernel
-  // only when told to.
-  ScopedEnv persistentEnv("KMSEG_CUDA_PERSISTENT", "1");
+  // reaction, not the host's. Its pass is long: by default the loop takes the persistent kernel
+  // only where the rows' tiles (16 x 8 rows of a plain matrix) make at most two rounds of the
+  // pass's warps (8 per block); =1 takes it wherever the blocks are resident.
   const Matrix big = randomData(400'000, 5, 7);
   const Matrix bigInit = gatherRows(big, chooseInitialCentres(big, 256, Init::RandomPoints, 1));
   KMeansParams p = paramsFor(Mode::Fp16Fp32, 256, 300);
@@ -949,8 +949,13 @@ TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
   p.detectCycles = false;
   KMeansParams few = p;
   few.maxIterations = 2;
+  const CudaTiming automatic = timeCudaRun(big, bigInit, few, 1);
+  ScopedEnv persistentEnv("KMSEG_CUDA_PERSISTENT", "1");
   const CudaTiming t = timeCudaRun(big, bigInit, few, 1);
   EXPECT_TRUE(t.persistentLoop);
+  const long long tiles = ((400'000 + 15) / 16 + 7) / 8;
+  EXPECT_EQ(automatic.persistentLoop, tiles <= 2ll * automatic.passBlocks * 8)
+      << tiles << " tiles, " << automatic.passBlocks << " blocks";
   const int seen = iterationsSeenWhenCancelledAt3(*gpu, big, bigInit, p);
   EXPECT_GE(seen, 3);
   EXPECT_LE(seen, 5) << "the cancel flag is read in every iteration (" << t.msFullRun / 2

@@ -58,7 +58,8 @@ inline constexpr std::size_t kCudaMaxRows = (std::size_t(1) << 31) - 1;
 /// host round trip per iteration) and meant for profiling and sanitizers only. For small photos
 /// one persistent kernel inside the graph runs the iterations (same results);
 /// KMSEG_CUDA_PERSISTENT=0 keeps the chain of kernels instead, =1 takes the persistent kernel
-/// wherever its blocks can all be resident (for comparisons).
+/// wherever its blocks can all be resident (for comparisons); any other value leaves the choice
+/// to the engine.
 std::unique_ptr<KMeansEngine> makeCudaEngine();
 
 /// Device timing of one mode's Lloyd loop (CUDA events around the whole device-resident loop,
