@@ -3631,12 +3631,22 @@ class Run final : public LloydRun {
   }
 
   // The persistent loop (loopFastKernel) in place of the loop's chain of kernels, when the fast
-  // pass's blocks can all be resident at once and the pass is short: at most kPersistentRounds
-  // tile rounds per warp. There the graph's launches between the kernels are a large share of an
-  // iteration; on larger photos the persistent pass ran slower than the chain's (H200, K = 32, ms
-  // per iteration, the persistent loop with grid barriers (e6530b8) against the chain: fp32
-  // 0.0215 / 0.0255 at 0.26 MP, 0.0308 / 0.0332 at 1 MP, 0.0389 / 0.0396 at 2 MP, 0.0604 / 0.0567
-  // at 4 MP; fp16>fp32 0.0264 / 0.0304, 0.0424 / 0.0446, 0.0611 / 0.0624, 0.0893 / 0.0875).
+  // pass's blocks can all be resident at once, and either the pass is short (at most
+  // kPersistentRounds tile rounds per warp) or it is a packed pass (kPackedPass: uniform fp16
+  // and bf16, fp16>fp32, fp16>fp64). On small photos the graph's launches between the kernels are
+  // a large share of an iteration, and every mode gains. On larger ones the persistent pass of
+  // the scalar passes runs slower than the chain's, by more than the launches cost, while the
+  // packed passes keep their gain; why the scalar passes slow down was not established (in
+  // fp32, ptxas spills 52 bytes in the persistent kernel and none in the pass alone, but a
+  // version without most of those spills was only 1.4 % faster at 12 MP). H200, K = 32, the bee
+  // photo, ms per iteration, the mean of two alternating runs of each, persistent / chain
+  // (2026-12-04, build of 76b5bf6):
+  //   MP   fp32            fp64            fp16            bf16            fp16>fp32
+  //    1   0.0312/0.0336   0.0404/0.0446   0.0288/0.0327   0.0317/0.0359   0.0404/0.0449
+  //    4   0.0615/0.0573   0.0896/0.0905   0.0564/0.0580   0.0639/0.0647   0.0849/0.0883
+  //   12   0.1001/0.0940   0.1460/0.1446   0.0933/0.0955   0.1220/0.1255   0.1910/0.1893
+  //   16   0.1214/0.1133   0.1735/0.1723   0.1154/0.1176   0.1640/0.1694   0.2003/0.2030
+  // (fp16>fp64 0.2017 / 0.2095 at 12 MP; fp32>fp64 0.1562 / 0.1468, bf16>fp32 0.2734 / 0.2656.)
   // KMSEG_CUDA_PERSISTENT=0 keeps the chain, =1 takes the persistent loop wherever its blocks are
   // resident (for comparisons); unset or any other value, this rule.
   void choosePersistent(int sms) {
@@ -3645,7 +3655,8 @@ class Run final : public LloydRun {
       const char* env = std::getenv("KMSEG_CUDA_PERSISTENT");
       const std::string knob = env ? env : "";
       if (knob == "0") return;
-      if (knob != "1" && (long long)tiles_ > kPersistentRounds * (long long)blocks_ * kWarps)
+      if (knob != "1" && !kPackedPass<LowT, kFallback> &&
+          (long long)tiles_ > kPersistentRounds * (long long)blocks_ * kWarps)
         return;
       int cooperative = 0;
       KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device_));

@@ -937,11 +937,33 @@ TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
       }
     }
   }
+  // By default the loop takes the persistent kernel for the packed passes (fp16 and bf16, and
+  // the fp16 mixed modes) wherever their blocks are resident, and for the others only where the
+  // rows' tiles (16 x 8 rows of a plain matrix) make at most two rounds of the pass's warps (8
+  // per block); =1 takes it wherever the blocks are resident. 2 000 000 rows make 15 625 tiles,
+  // more than two rounds of any grid of resident blocks on an H200 (4 x 132 blocks of 8 warps).
+  {
+    const Matrix large = randomData(2'000'000, 5, 11);
+    const Matrix largeInit =
+        gatherRows(large, chooseInitialCentres(large, 32, Init::RandomPoints, 1));
+    const long long tiles = ((2'000'000 + 15) / 16 + 7) / 8;
+    for (Mode mode : kAllModes) {
+      SCOPED_TRACE(std::string("2 000 000 rows, mode ") + std::string(modeName(mode)));
+      KMeansParams two = paramsFor(mode, 32, 2);
+      const CudaTiming automatic = timeCudaRun(large, largeInit, two, 1);
+      const bool packed = mode == Mode::Fp16 || mode == Mode::Bf16 || mode == Mode::Fp16Fp32 ||
+                          mode == Mode::Fp16Fp64;
+      const bool twoRounds = tiles <= 2ll * automatic.passBlocks * 8;
+      if (!packed) EXPECT_FALSE(twoRounds) << automatic.passBlocks << " blocks";
+      EXPECT_EQ(automatic.persistentLoop, packed || twoRounds)
+          << tiles << " tiles, " << automatic.passBlocks << " blocks";
+      ScopedEnv env("KMSEG_CUDA_PERSISTENT", "1");
+      EXPECT_TRUE(timeCudaRun(large, largeInit, two, 1).persistentLoop);
+    }
+  }
   // Cancellation takes effect within one iteration, on data whose iterations (about 0.15 ms each
   // on an H200) outlast the host's polling interval, so that the count measures the device's
-  // reaction, not the host's. Its pass is long: by default the loop takes the persistent kernel
-  // only where the rows' tiles (16 x 8 rows of a plain matrix) make at most two rounds of the
-  // pass's warps (8 per block); =1 takes it wherever the blocks are resident.
+  // reaction, not the host's.
   const Matrix big = randomData(400'000, 5, 7);
   const Matrix bigInit = gatherRows(big, chooseInitialCentres(big, 256, Init::RandomPoints, 1));
   KMeansParams p = paramsFor(Mode::Fp16Fp32, 256, 300);
@@ -949,13 +971,9 @@ TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
   p.detectCycles = false;
   KMeansParams few = p;
   few.maxIterations = 2;
-  const CudaTiming automatic = timeCudaRun(big, bigInit, few, 1);
   ScopedEnv persistentEnv("KMSEG_CUDA_PERSISTENT", "1");
   const CudaTiming t = timeCudaRun(big, bigInit, few, 1);
   EXPECT_TRUE(t.persistentLoop);
-  const long long tiles = ((400'000 + 15) / 16 + 7) / 8;
-  EXPECT_EQ(automatic.persistentLoop, tiles <= 2ll * automatic.passBlocks * 8)
-      << tiles << " tiles, " << automatic.passBlocks << " blocks";
   const int seen = iterationsSeenWhenCancelledAt3(*gpu, big, bigInit, p);
   EXPECT_GE(seen, 3);
   EXPECT_LE(seen, 5) << "the cancel flag is read in every iteration (" << t.msFullRun / 2
