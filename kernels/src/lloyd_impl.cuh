@@ -18,8 +18,8 @@
 //   [sseKernel -> publishKernel]  when the trace wants the SSE
 // Without the SSE trace the first three run in an inner WHILE loop, which an empty cluster or the
 // stop test leaves, and the IF node follows that loop inside the outer one (Run::buildGraph); for
-// small photos one persistent kernel, loopFastKernel, takes that inner loop's place
-// (Run::choosePersistent).
+// small photos, and for the packed passes at any size, one persistent kernel, loopFastKernel,
+// takes that inner loop's place (Run::choosePersistent).
 // The kernel that completes the iteration (the update, or publishKernel with the SSE trace)
 // writes its trace entry to device memory and to pinned mapped host memory, reads the cancel
 // flag from mapped memory and sets the WHILE conditions. With KMSEG_CUDA_HOST_LOOP=1

@@ -55,8 +55,9 @@ inline constexpr std::size_t kCudaMaxRows = (std::size_t(1) << 31) - 1;
 /// environment variable KMSEG_CUDA_HOST_LOOP=1, read when a run starts, makes the host launch
 /// the same kernels in the same order each iteration and read the stop decision back instead.
 /// Results (labels, centroids, trace) are bit-identical to the graph loop; it is slower (one
-/// host round trip per iteration) and meant for profiling and sanitizers only. For small photos
-/// one persistent kernel inside the graph runs the iterations (same results);
+/// host round trip per iteration) and meant for profiling and sanitizers only. For small photos,
+/// and for the packed fp16 / bf16 passes at any size, one persistent kernel inside the graph runs
+/// the iterations (same results);
 /// KMSEG_CUDA_PERSISTENT=0 keeps the chain of kernels instead, =1 takes the persistent kernel
 /// wherever its blocks can all be resident (for comparisons); any other value leaves the choice
 /// to the engine.
