@@ -278,18 +278,42 @@ void untrackTempFile(int slot) {
 // and CreatedDirectories gives the slots back (Held or Removed -> Free) when it goes.
 // removeCreatedDirectoriesNow takes each Held slot (Held -> Removing), removes its directory if
 // empty and marks it Removed (or Held again). Recorded and given back by one thread at a time.
-TempSlot gDirSlots[kMaxTrackedDirectories];
+// The table grows by chunks of kDirChunkSlots when every slot is taken (a path of many new
+// directories, or many commands' directories at once): a chunk is linked in (a release store)
+// only once made, and never freed, so the handler, which walks the chain with acquire loads,
+// never meets a chunk half made or gone.
+constexpr int kDirChunkSlots = 16;
+struct DirChunk {
+  TempSlot slots[kDirChunkSlots];
+  std::atomic<DirChunk*> next{nullptr};
+};
+static_assert(std::atomic<DirChunk*>::is_always_lock_free, "read by a signal handler");
+DirChunk gDirChunks;
 
 void trackDirectories(const std::vector<fs::path>& dirs) {
   for (const fs::path& dir : dirs) {
     const std::string path = dir.string();
     if (path.size() >= PATH_MAX) continue;
-    for (TempSlot& slot : gDirSlots) {
-      int expected = kSlotFree;
-      if (!slot.state.compare_exchange_strong(expected, kSlotFilling)) continue;
-      std::memcpy(slot.path, path.c_str(), path.size() + 1);
-      slot.state.store(kSlotHeld);
-      break;
+    for (DirChunk* chunk = &gDirChunks;;) {
+      TempSlot* taken = nullptr;
+      for (TempSlot& slot : chunk->slots) {
+        int expected = kSlotFree;
+        if (slot.state.compare_exchange_strong(expected, kSlotFilling)) {
+          taken = &slot;
+          break;
+        }
+      }
+      if (taken) {
+        std::memcpy(taken->path, path.c_str(), path.size() + 1);
+        taken->state.store(kSlotHeld);
+        break;
+      }
+      DirChunk* next = chunk->next.load(std::memory_order_acquire);
+      if (!next) {
+        next = new DirChunk;
+        chunk->next.store(next, std::memory_order_release);
+      }
+      chunk = next;
     }
   }
 }
@@ -297,17 +321,23 @@ void trackDirectories(const std::vector<fs::path>& dirs) {
 void untrackDirectories(const std::vector<fs::path>& dirs) noexcept {
   for (const fs::path& dir : dirs) {
     const std::string path = dir.string();
-    for (TempSlot& slot : gDirSlots) {
-      int state = slot.state.load();
-      if (state == kSlotFree || state == kSlotFilling || path != slot.path) continue;
-      // Held or Removed -> Free; Removing: removeCreatedDirectoriesNow is at it on another thread.
-      while (!slot.state.compare_exchange_strong(state, kSlotFree) && state != kSlotFree) {
-        if (state == kSlotRemoving) {
-          std::this_thread::yield();
-          state = kSlotHeld;
+    bool found = false;
+    for (DirChunk* chunk = &gDirChunks; chunk && !found;
+         chunk = chunk->next.load(std::memory_order_acquire)) {
+      for (TempSlot& slot : chunk->slots) {
+        int state = slot.state.load();
+        if (state == kSlotFree || state == kSlotFilling || path != slot.path) continue;
+        // Held or Removed -> Free; Removing: removeCreatedDirectoriesNow is at it on another
+        // thread.
+        while (!slot.state.compare_exchange_strong(state, kSlotFree) && state != kSlotFree) {
+          if (state == kSlotRemoving) {
+            std::this_thread::yield();
+            state = kSlotHeld;
+          }
         }
+        found = true;
+        break;
       }
-      break;
     }
   }
 }
@@ -725,16 +755,21 @@ void writeFileAtomic(const fs::path& path, const std::function<void(std::FILE*)>
 }
 
 void removeCreatedDirectoriesNow() noexcept {
-  // Innermost first: a directory is recorded after its parent, which cannot be removed while it
-  // holds it. Passes until one removes nothing.
+  // Passes until one removes nothing: a directory that holds another recorded one goes in the
+  // pass after it. Within a chunk the later slots first (a directory is recorded after its
+  // parent, so most go in the first pass).
   for (bool removed = true; removed;) {
     removed = false;
-    for (int i = kMaxTrackedDirectories - 1; i >= 0; --i) {
-      int expected = kSlotHeld;
-      if (!gDirSlots[i].state.compare_exchange_strong(expected, kSlotRemoving)) continue;
-      const bool gone = ::rmdir(gDirSlots[i].path) == 0;
-      gDirSlots[i].state.store(gone ? kSlotRemoved : kSlotHeld);
-      removed = removed || gone;
+    for (DirChunk* chunk = &gDirChunks; chunk;
+         chunk = chunk->next.load(std::memory_order_acquire)) {
+      for (int i = kDirChunkSlots - 1; i >= 0; --i) {
+        TempSlot& slot = chunk->slots[i];
+        int expected = kSlotHeld;
+        if (!slot.state.compare_exchange_strong(expected, kSlotRemoving)) continue;
+        const bool gone = ::rmdir(slot.path) == 0;
+        slot.state.store(gone ? kSlotRemoved : kSlotHeld);
+        removed = removed || gone;
+      }
     }
   }
 }

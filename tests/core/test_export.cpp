@@ -650,6 +650,34 @@ TEST(ExportTest, RemoveCreatedDirectoriesNowTakesTheEmptyOnesStillHeld) {
   });
 }
 
+// The records have no fixed limit: a path of 40 new directories (more than a chunk of the
+// table holds) is removed whole, innermost first; records given back are taken again, and a kept
+// path of 40 stays while a held one beside it goes.
+TEST(ExportTest, RemoveCreatedDirectoriesNowTakesAnyNumberOfDirectories) {
+  expectInChild([]() -> std::string {
+    const fs::path dir = kmseg::test::freshTempDir("export-remove-many-dirs");
+    auto deep = [&](const std::string& top) {
+      fs::path p = dir / top;
+      for (int i = 1; i < 40; ++i) p /= "d" + std::to_string(i);
+      return p;
+    };
+    {
+      std::vector<fs::path> made = kmseg::prepareOutputDirectory(deep("kept"));
+      if (made.size() != 40) return "the kept path made " + std::to_string(made.size());
+      kmseg::CreatedDirectories kept(std::move(made));
+      kept.keep();
+    }
+    std::vector<fs::path> made = kmseg::prepareOutputDirectory(deep("held"));
+    if (made.size() != 40) return "the held path made " + std::to_string(made.size());
+    kmseg::CreatedDirectories held(std::move(made));
+    if (!fs::is_directory(deep("held"))) return "the held path was not made";
+    kmseg::removeCreatedDirectoriesNow();
+    if (fs::exists(dir / "held")) return "held (or below it) was left";
+    if (!fs::is_directory(deep("kept"))) return "the kept path was removed";
+    return "";
+  });
+}
+
 TEST(ExportTest, PrepareOutputDirectoryRejectsFileAndUnwritable) {
   const fs::path dir = kmseg::test::freshTempDir("export-prepare-bad");
   kmseg::writeFileAtomic(dir / "file.txt", "x");

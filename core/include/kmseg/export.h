@@ -77,10 +77,8 @@ void checkOutputFile(const std::filesystem::path& path);
 /// directories it created, outermost first, so that a command that fails later can remove them
 /// (removeEmptyDirectories). It records each for removeCreatedDirectoriesNow before it creates
 /// it; the records last until a CreatedDirectories made from the list goes (make one at once).
-/// Up to kMaxTrackedDirectories are recorded at once.
+/// Any number are recorded at once (a path longer than PATH_MAX is not).
 std::vector<std::filesystem::path> prepareOutputDirectory(const std::filesystem::path& dir);
-/// The number of directories prepareOutputDirectory records at once.
-inline constexpr int kMaxTrackedDirectories = 16;
 
 /// Removes the directories prepareOutputDirectory recorded that are empty (innermost first), for
 /// a signal handler that then ends the process, after removeTempFilesNow: async-signal-safe
