@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <numeric>
+#include <string_view>
 
 namespace kmseg::cuda {
 
@@ -66,6 +67,22 @@ inline TiledGrid tiledGrid(long long n, long long resident, long long cap, int t
   const long long most = std::max(1ll, std::min({resident, cap, subTiles}));
   const long long chunk = std::max(1ll, (subTiles + most - 1) / most) * tile;
   return {(n + chunk - 1) / chunk, chunk};
+}
+
+/// Whether the Lloyd loop runs as one persistent kernel (loopFastKernel) rather than the graph's
+/// chain of kernels, for a fast pass whose blocks can all be resident (Run::choosePersistent).
+/// `knob` is KMSEG_CUDA_PERSISTENT: "0" never, "1" always (for comparisons); otherwise the pass
+/// must be short (`tiles` at most `maxRounds` rounds of the `blocks` x `warps` warps) or packed
+/// (`packed`: the fp16 / bf16 passes, faster in the persistent loop at every size). A device with
+/// a run-time limit for kernels (`execTimeout`: one that drives a display) takes the packed
+/// passes' rule only for short passes too: the persistent kernel runs every iteration of a run,
+/// so a large photo would run one kernel for seconds, where the chain's kernels each take one
+/// step of one iteration.
+inline bool persistentLoop(std::string_view knob, bool packed, long long tiles, long long blocks,
+                           int warps, long long maxRounds, bool execTimeout) {
+  if (knob == "0") return false;
+  if (knob == "1") return true;
+  return tiles <= maxRounds * blocks * warps || (packed && !execTimeout);
 }
 
 }  // namespace kmseg::cuda

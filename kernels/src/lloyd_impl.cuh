@@ -3648,15 +3648,16 @@ class Run final : public LloydRun {
   //   16   0.1214/0.1133   0.1735/0.1723   0.1154/0.1176   0.1640/0.1694   0.2003/0.2030
   // (fp16>fp64 0.2017 / 0.2095 at 12 MP; fp32>fp64 0.1562 / 0.1468, bf16>fp32 0.2734 / 0.2656.)
   // KMSEG_CUDA_PERSISTENT=0 keeps the chain, =1 takes the persistent loop wherever its blocks are
-  // resident (for comparisons); unset or any other value, this rule.
+  // resident (for comparisons); unset or any other value, this rule (persistentLoop, which also
+  // keeps large photos on the chain on a device with a run-time limit for kernels).
   void choosePersistent(int sms) {
     if constexpr (kFastD > 0) {
       if (!fast_) return;
       const char* env = std::getenv("KMSEG_CUDA_PERSISTENT");
-      const std::string knob = env ? env : "";
-      if (knob == "0") return;
-      if (knob != "1" && !kPackedPass<LowT, kFallback> &&
-          (long long)tiles_ > kPersistentRounds * (long long)blocks_ * kWarps)
+      int timeout = 0;
+      KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&timeout, cudaDevAttrKernelExecTimeout, device_));
+      if (!persistentLoop(env ? env : "", kPackedPass<LowT, kFallback>, tiles_, blocks_, kWarps,
+                          kPersistentRounds, timeout != 0))
         return;
       int cooperative = 0;
       KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device_));

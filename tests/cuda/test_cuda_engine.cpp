@@ -1427,6 +1427,29 @@ TEST(CudaLaunchShape, FastPassSlotsFitTheirTarget) {
   EXPECT_EQ(fastSlotShift(fp32(2000), 54 * kKiB, 34 * kKiB, kOptin), -1);
 }
 
+// Which loop a run takes (persistentLoop, host logic only: runs without a device): the knob
+// first, then short passes always and the packed passes at any size, except on a device with a
+// run-time limit for kernels, where a long pass keeps the chain. 12 MP on the H200: 93 940 tiles,
+// 528 blocks of 8 warps (22 rounds); 0.26 MP: 2 048 tiles, 257 blocks (one round).
+TEST(CudaLaunchShape, PersistentLoopForShortOrPackedPasses) {
+  using cuda::persistentLoop;
+  for (bool timeout : {false, true}) {
+    SCOPED_TRACE(timeout ? "run-time limit" : "no run-time limit");
+    for (bool packed : {false, true}) {
+      EXPECT_TRUE(persistentLoop("", packed, 2048, 257, 8, 2, timeout));
+      // Exactly two rounds, and one tile more.
+      EXPECT_TRUE(persistentLoop("", packed, 2 * 257 * 8, 257, 8, 2, timeout));
+      EXPECT_EQ(persistentLoop("", packed, 2 * 257 * 8 + 1, 257, 8, 2, timeout),
+                packed && !timeout);
+      EXPECT_EQ(persistentLoop("", packed, 93940, 528, 8, 2, timeout), packed && !timeout);
+      // Any other value of the knob leaves the choice to the rule.
+      EXPECT_EQ(persistentLoop("yes", packed, 93940, 528, 8, 2, timeout), packed && !timeout);
+      EXPECT_FALSE(persistentLoop("0", packed, 2048, 257, 8, 2, timeout));
+      EXPECT_TRUE(persistentLoop("1", packed, 93940, 528, 8, 2, timeout));
+    }
+  }
+}
+
 // The fast pass's block count moves off counts whose blocks keep their image columns round after
 // round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
 // resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
