@@ -3638,7 +3638,7 @@ class Run final : public LloydRun {
   // the scalar passes runs slower than the chain's, by more than the launches cost, while the
   // packed passes keep their gain; why the scalar passes slow down was not established (in
   // fp32, ptxas spills 52 bytes in the persistent kernel and none in the pass alone, but a
-  // version without most of those spills was only 1.4 % faster at 12 MP). H200, K = 32, the bee
+  // version without most of those spills was only 1.6 % faster at 12 MP). H200, K = 32, the bee
   // photo, ms per iteration, the mean of two alternating runs of each, persistent / chain
   // (2026-12-04, build of 76b5bf6):
   //   MP   fp32            fp64            fp16            bf16            fp16>fp32
