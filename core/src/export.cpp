@@ -290,53 +290,48 @@ struct DirChunk {
 static_assert(std::atomic<DirChunk*>::is_always_lock_free, "read by a signal handler");
 DirChunk gDirChunks;
 
+// A free slot of the table, taken (Free -> Filling); a new chunk when every slot is taken.
+TempSlot& takeDirSlot() {
+  for (DirChunk* chunk = &gDirChunks;; chunk = chunk->next.load(std::memory_order_acquire)) {
+    for (TempSlot& slot : chunk->slots) {
+      int expected = kSlotFree;
+      if (slot.state.compare_exchange_strong(expected, kSlotFilling)) return slot;
+    }
+    if (!chunk->next.load(std::memory_order_acquire))
+      chunk->next.store(new DirChunk, std::memory_order_release);
+  }
+}
+
+// The slot that records `path` (Held, Removing or Removed), or null.
+TempSlot* findDirSlot(const std::string& path) noexcept {
+  for (DirChunk* chunk = &gDirChunks; chunk; chunk = chunk->next.load(std::memory_order_acquire))
+    for (TempSlot& slot : chunk->slots) {
+      const int state = slot.state.load();
+      if (state != kSlotFree && state != kSlotFilling && path == slot.path) return &slot;
+    }
+  return nullptr;
+}
+
 void trackDirectories(const std::vector<fs::path>& dirs) {
   for (const fs::path& dir : dirs) {
     const std::string path = dir.string();
     if (path.size() >= PATH_MAX) continue;
-    for (DirChunk* chunk = &gDirChunks;;) {
-      TempSlot* taken = nullptr;
-      for (TempSlot& slot : chunk->slots) {
-        int expected = kSlotFree;
-        if (slot.state.compare_exchange_strong(expected, kSlotFilling)) {
-          taken = &slot;
-          break;
-        }
-      }
-      if (taken) {
-        std::memcpy(taken->path, path.c_str(), path.size() + 1);
-        taken->state.store(kSlotHeld);
-        break;
-      }
-      DirChunk* next = chunk->next.load(std::memory_order_acquire);
-      if (!next) {
-        next = new DirChunk;
-        chunk->next.store(next, std::memory_order_release);
-      }
-      chunk = next;
-    }
+    TempSlot& slot = takeDirSlot();
+    std::memcpy(slot.path, path.c_str(), path.size() + 1);
+    slot.state.store(kSlotHeld);
   }
 }
 
 void untrackDirectories(const std::vector<fs::path>& dirs) noexcept {
   for (const fs::path& dir : dirs) {
-    const std::string path = dir.string();
-    bool found = false;
-    for (DirChunk* chunk = &gDirChunks; chunk && !found;
-         chunk = chunk->next.load(std::memory_order_acquire)) {
-      for (TempSlot& slot : chunk->slots) {
-        int state = slot.state.load();
-        if (state == kSlotFree || state == kSlotFilling || path != slot.path) continue;
-        // Held or Removed -> Free; Removing: removeCreatedDirectoriesNow is at it on another
-        // thread.
-        while (!slot.state.compare_exchange_strong(state, kSlotFree) && state != kSlotFree) {
-          if (state == kSlotRemoving) {
-            std::this_thread::yield();
-            state = kSlotHeld;
-          }
-        }
-        found = true;
-        break;
+    TempSlot* slot = findDirSlot(dir.string());
+    if (!slot) continue;
+    // Held or Removed -> Free; Removing: removeCreatedDirectoriesNow is at it on another thread.
+    int state = slot->state.load();
+    while (!slot->state.compare_exchange_strong(state, kSlotFree) && state != kSlotFree) {
+      if (state == kSlotRemoving) {
+        std::this_thread::yield();
+        state = kSlotHeld;
       }
     }
   }
