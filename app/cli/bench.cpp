@@ -77,6 +77,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                          {"copy_bandwidth_bytes_per_s", bandwidth},
                          {"repeats", o.repeats},
                          {"repeat_stop", o.repeatStop},
+                         {"full_scan", o.fullScan},
                          {"runs", nlohmann::json::array()}};
   std::printf("%-10s %5s %9s %9s %7s %9s %9s %6s %-13s %10s %6s %8s\n", "mode", "K", "ms/iter",
               "floor ms", "x floor", "GFLOP/s", "full ms", "iter", "stop", "dev MB", "x min",
@@ -94,6 +95,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
       fixed.maxIterations = 20;
       fixed.tolerance = 0;
       fixed.detectCycles = false;
+      fixed.useBounds = !o.fullScan;
       const CudaTiming it = timeCudaRun(features, init, fixed, o.repeats);
       KMeansParams full = fixed;
       full.maxIterations = 300;
@@ -218,6 +220,9 @@ void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
       ->capture_default_str();
   cmd.add_flag("--repeat-stop", o.repeatStop,
                "gpu: the full runs also stop when the centres repeat (segment's --repeat-stop)");
+  cmd.add_flag("--full-scan", o.fullScan,
+               "cpu, gpu: every point against every centre in every iteration (the engines' "
+               "pruning off; same results, for comparing the arithmetic at equal work)");
   cmd.add_option("--json", o.json,
                  "Write the results as JSON to this file (its directory is created if needed; "
                  "checked before the benchmark runs)")
@@ -314,9 +319,10 @@ void runBench(const BenchOptions& o) {
   const int threads = resolveThreadCount(o.threads);
   const Image photo = resizeTo(loadImage(o.image), o.megapixels);
   const Matrix features = makeFeatures(photo);
-  std::printf("benchmark: %s resized to %d x %d (%.2f MP), D = %zu, %d threads\n",
+  std::printf("benchmark: %s resized to %d x %d (%.2f MP), D = %zu, %d threads%s\n",
               o.image.filename().string().c_str(), photo.width, photo.height,
-              double(photo.pixelCount()) / 1e6, features.cols, threads);
+              double(photo.pixelCount()) / 1e6, features.cols, threads,
+              o.fullScan ? ", no pruning (--full-scan)" : "");
 #if defined(KMSEG_HAVE_CUDA)
   if (o.suite == "gpu") {
     runGpuBench(o, photo, features);
@@ -338,6 +344,7 @@ void runBench(const BenchOptions& o) {
                          {"height", photo.height},
                          {"threads", threads},
                          {"repeats", o.repeats},
+                         {"full_scan", o.fullScan},
                          {"runs", nlohmann::json::array()}};
   for (int k : benchClusters(o)) {
     const auto idx = chooseInitialCentres(features, k, Init::RandomPoints, o.seed);
@@ -370,6 +377,7 @@ void runBench(const BenchOptions& o) {
         p.mode = modes[m];
         p.threads = threads;
         p.traceSse = false;
+        p.useBounds = !o.fullScan;
         // End to end, as cv::kmeans is timed: conversion to the working precision included.
         const auto t0 = std::chrono::steady_clock::now();
         const KMeansResult r = engine->run(features, init, p);

@@ -32,6 +32,7 @@ struct BenchOptions {
   double rho = 5.0;              ///< reliability safety factor of the mixed modes
   std::string backend = "auto";  ///< distances, blobs: the engine
   bool repeatStop = false;       ///< gpu: full runs also stop on repeating centres
+  bool fullScan = false;         ///< cpu, gpu: the engines' pruning off (KMeansParams::useBounds)
   /// The options of kBenchOptionSuites given on the command line (checkBenchOptions refuses
   /// those that do not apply to the suite).
   std::vector<std::string> given;
@@ -49,7 +50,7 @@ inline constexpr BenchOptionSuites kBenchOptionSuites[] = {
     {"--dim", "distances blobs"},    {"--points", "distances blobs"},
     {"--noise", "distances"},        {"--near-fraction", "distances"},
     {"--rho", "distances blobs"},    {"--backend", "distances blobs"},
-    {"--repeat-stop", "gpu"}};
+    {"--repeat-stop", "gpu"},        {"--full-scan", "cpu gpu"}};
 
 /// Writes `json` to `path` (atomically, indented) unless `path` is empty. Invalid UTF-8 in its
 /// strings (the bytes of a file name) becomes U+FFFD, as in the reports of segment and compare.

@@ -814,6 +814,30 @@ TEST(Cli, BenchJsonTakesAPhotoNameThatIsNotUtf8) {
   EXPECT_EQ(json["runs"].size(), 3u) << json.dump();  // fp64, fp32 and cv::kmeans at K = 2
 }
 
+// --full-scan turns the engines' pruning off: the same runs (iterations), every pair evaluated;
+// the JSON and the first line say so.
+TEST(Cli, BenchFullScanGivesTheSameRuns) {
+  const fs::path tmp = test::freshTempDir("cli-bench-full-scan");
+  const std::string common = "bench cpu --megapixels 0.02 -k 3 --repeats 1 --json '";
+  const CliRun pruned = kmseg(common + (tmp / "p.json").string() + "'");
+  const CliRun full = kmseg(common + (tmp / "f.json").string() + "' --full-scan");
+  ASSERT_EQ(pruned.code, 0) << pruned.err;
+  ASSERT_EQ(full.code, 0) << full.err;
+  EXPECT_EQ(pruned.out.find("no pruning"), std::string::npos) << pruned.out;
+  EXPECT_NE(full.out.find("no pruning (--full-scan)"), std::string::npos) << full.out;
+  const auto p = nlohmann::json::parse(readAll(tmp / "p.json"));
+  const auto f = nlohmann::json::parse(readAll(tmp / "f.json"));
+  EXPECT_EQ(p["full_scan"], false);
+  EXPECT_EQ(f["full_scan"], true);
+  ASSERT_EQ(p["runs"].size(), 3u) << p.dump();
+  ASSERT_EQ(f["runs"].size(), 3u) << f.dump();
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(f["runs"][i]["engine"], p["runs"][i]["engine"]);
+    EXPECT_EQ(f["runs"][i]["iterations"], p["runs"][i]["iterations"]) << f["runs"][i]["engine"];
+    EXPECT_GT(f["runs"][i]["iterations"].get<int>(), 1) << f["runs"][i]["engine"];
+  }
+}
+
 // The bench's default photo is a repository path: outside the repository's root the error says
 // so and names --image, instead of only "does not exist".
 TEST(Cli, BenchOutsideTheRepositoryNamesItsDefaultPhoto) {
@@ -935,6 +959,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "--backend does not apply to the cpu suite", "(it applies to: distances, blobs)"},
         BadCase{"benchrepeatcpu", "bench cpu --repeat-stop", 2,
                 "--repeat-stop does not apply to the cpu suite", "(it applies to: gpu)"},
+        BadCase{"benchfullscanblobs", "bench blobs --points 50 --dim 2 --full-scan", 2,
+                "--full-scan does not apply to the blobs suite", "(it applies to: cpu, gpu)"},
         BadCase{"benchnoiseblobs", "bench blobs --points 50 --dim 2 --noise 5", 2,
                 "--noise does not apply to the blobs suite", "(it applies to: distances)"},
         BadCase{"benchkdistances", "bench distances --points 4 --dim 2 -k 5", 2,
