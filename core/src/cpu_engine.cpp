@@ -7,6 +7,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -61,6 +62,84 @@ template <>
 struct Vec4<float> {
   typedef float type __attribute__((vector_size(16)));
 };
+
+// The index the sequential scan `best = v[0]; for j: if (closer(v[j], best)) take j` picks: the
+// first of the least values, NaN never winning (index 0 when every value is NaN). In vector
+// lanes: lane l scans v[l], v[l + L], ... as the sequential scan would, then the lanes' winners
+// are merged by closerOrEarlier, lane 0 first; then the tail past the last whole vector follows.
+// That is the same index: within a lane the winner is the lane's first least value; across
+// lanes closerOrEarlier keeps the least value and, among equal ones, the lowest index; a NaN
+// replaces nothing, and lane 0 starts from index 0. The scalar loop, a chain of compares and
+// selects one per centre, was the largest share of a full-scan pass (perf, fp32, K = 32).
+template <class T>
+KMSEG_INLINE int firstLeast(const T* __restrict v, std::size_t k) {
+  static_assert(std::is_floating_point_v<T>);
+  using I = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+  constexpr std::size_t kLanes = 32 / sizeof(T);
+  typedef T V __attribute__((vector_size(32)));
+  typedef I VI __attribute__((vector_size(32)));
+  int bestJ = 0;
+  T best = v[0];
+  std::size_t j = 1;
+  if (k >= 2 * kLanes) {
+    V bv, c;
+    VI bi, idx;
+    std::memcpy(&bv, v, sizeof(V));
+    for (std::size_t l = 0; l < kLanes; ++l) idx[l] = I(l);
+    bi = idx;
+    for (j = kLanes; j + kLanes <= k; j += kLanes) {
+      std::memcpy(&c, v + j, sizeof(V));
+      idx += I(kLanes);
+      const VI take = (c < bv) | ((bv != bv) & (c == c));
+      bv = take ? c : bv;
+      bi = take ? idx : bi;
+    }
+    best = bv[0];
+    bestJ = int(bi[0]);
+    for (std::size_t l = 1; l < kLanes; ++l)
+      if (closerOrEarlier(bv[l], int(bi[l]), best, bestJ)) best = bv[l], bestJ = int(bi[l]);
+  }
+  // Every index from here on is above bestJ, so closer() alone decides, as in the sequential
+  // scan. Branch free (selects, not jumps): which centre wins is data dependent, and at small K
+  // mispredicted branches cost more than the distances.
+  for (; j < k; ++j) {
+    const bool c = closer(v[j], best);
+    best = c ? v[j] : best;
+    bestJ = c ? int(j) : bestJ;
+  }
+  return bestJ;
+}
+
+// The least of v[j] over j != a, as `m = +inf; for j != a: m = std::min(m, v[j])` gives it (NaN
+// never taken), in vector lanes: the least of a set does not depend on the order. The loop's
+// chain of minimums, one per centre, had become the largest share of a bounded pass once
+// firstLeast took the argmin into lanes (perf, fp32, K = 32).
+template <class T>
+KMSEG_INLINE double leastExcept(const T* __restrict v, std::size_t k, int a) {
+  static_assert(std::is_floating_point_v<T>);
+  using I = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+  constexpr std::size_t kLanes = 32 / sizeof(T);
+  typedef T V __attribute__((vector_size(32)));
+  typedef I VI __attribute__((vector_size(32)));
+  T m = T(INFINITY);
+  std::size_t j = 0;
+  if (k >= kLanes) {
+    V mv = V{} + T(INFINITY), c;
+    VI idx;
+    for (std::size_t l = 0; l < kLanes; ++l) idx[l] = I(l);
+    const VI skip = VI{} + I(a);
+    for (; j + kLanes <= k; j += kLanes) {
+      std::memcpy(&c, v + j, sizeof(V));
+      const VI take = (c < mv) & (idx != skip);
+      mv = take ? c : mv;
+      idx += I(kLanes);
+    }
+    for (std::size_t l = 0; l < kLanes; ++l) m = mv[l] < m ? mv[l] : m;
+  }
+  for (; j < k; ++j)
+    if (int(j) != a && v[j] < m) m = v[j];
+  return double(m);
+}
 
 // A float at or above / at or below a double: bounds kept in float stay valid bounds. Branch
 // free, with no library call (std::nextafter was a measurable share of an iteration): the
@@ -402,21 +481,23 @@ struct Lloyd {
                                          ch.data() + j * dd, dd, factor, &fell);
         fallbacks += fell;
       }
-      H best = dist[0];
-      for (std::size_t j = 1; j < kk; ++j)
-        if (closer(dist[j], best)) best = dist[j], bestJ = int(j);
+      bestJ = firstLeast(dist, kk);
     } else {
       (void)dist;
       for (std::size_t j = 0; j < kk; ++j)
         dots[j] = expandedDistance<LowT>(xx, ccl[j], dots[j]).distance;
-      // Branch free (selects, not jumps): which centre wins is data dependent and mispredicted
-      // branches cost more than the distances at small K.
-      double best = ML::toDouble(dots[0]);
-      for (std::size_t j = 1; j < kk; ++j) {
-        const double dj = ML::toDouble(dots[j]);
-        const bool c = closer(dj, best);
-        best = c ? dj : best;
-        bestJ = c ? int(j) : bestJ;
+      if constexpr (std::is_floating_point_v<LowT>) {
+        bestJ = firstLeast(dots, kk);
+      } else {
+        // Branch free (selects, not jumps): which centre wins is data dependent and mispredicted
+        // branches cost more than the distances at small K.
+        double best = ML::toDouble(dots[0]);
+        for (std::size_t j = 1; j < kk; ++j) {
+          const double dj = ML::toDouble(dots[j]);
+          const bool c = closer(dj, best);
+          best = c ? dj : best;
+          bestJ = c ? int(j) : bestJ;
+        }
       }
     }
     return bestJ;
@@ -635,9 +716,7 @@ struct Lloyd {
     std::int64_t unused = 0;
     const int a = assignOne<DT>(i, unused, dots, nullptr);
     // assignOne leaves the K computed distances in dots.
-    double best = ML::toDouble(dots[std::size_t(a)]), second = INFINITY;
-    for (std::size_t j = 0; j < k; ++j)
-      if (int(j) != a) second = std::min(second, ML::toDouble(dots[j]));
+    const double best = ML::toDouble(dots[std::size_t(a)]), second = leastExcept(dots, k, a);
     storeUpper(i, std::sqrt(std::max(0.0, best + e)) * kUp, drift[std::size_t(a)]);
     if (k == 1) {
       lowerOff[i] = INFINITY;

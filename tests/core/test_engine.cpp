@@ -177,6 +177,36 @@ TEST(Lloyd, TiesGoToTheLowestIndex) {
   EXPECT_EQ(r.emptyClusterEvents, 1);
 }
 
+// Exact ties among many centres (small integer coordinates, repeated centres; every mode's
+// distances are exact there): the first iteration's labels are the rule's in every mode, with
+// and without bounds, for K that fill the engine's vector lanes, leave a tail, or exceed 32.
+TEST(Lloyd, TiesAmongManyCentresGoToTheLowestIndex) {
+  Matrix data(600, 2);
+  for (std::size_t i = 0; i < data.rows; ++i) {
+    data(i, 0) = double((i * 7 + i / 11) % 6);
+    data(i, 1) = double((i * 5 + i / 7) % 6);
+  }
+  for (int k : {16, 37, 43, 64}) {
+    Matrix init(std::size_t(k), 2);
+    for (std::size_t j = 0; j < init.rows; ++j) {
+      init(j, 0) = double((j * 5 + 3) % 6);
+      init(j, 1) = double((j * 3 + j / 6) % 6);
+    }
+    const test::FirstReseed want = test::firstReseedByTheRule(data, init);
+    for (Mode mode : kAllModes)
+      for (bool bounds : {true, false}) {
+        KMeansParams p;
+        p.k = k;
+        p.mode = mode;
+        p.maxIterations = 1;
+        p.useBounds = bounds;
+        const auto r = makeCpuEngine(2)->run(data, init, p);
+        EXPECT_EQ(r.labels, want.labels) << "K = " << k << ", " << modeName(mode)
+                                         << (bounds ? ", bounds" : ", full scan");
+      }
+  }
+}
+
 TEST(Lloyd, EmptyClusterIsReseededWithTheFarthestPoint) {
   Matrix data(4, 1);
   const double v[] = {0.0, 0.1, 0.2, 5.0};
