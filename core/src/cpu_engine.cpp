@@ -96,8 +96,11 @@ KMSEG_INLINE int firstLeast(const T* __restrict v, std::size_t k) {
     }
     best = bv[0];
     bestJ = int(bi[0]);
-    for (std::size_t l = 1; l < kLanes; ++l)
-      if (closerOrEarlier(bv[l], int(bi[l]), best, bestJ)) best = bv[l], bestJ = int(bi[l]);
+    for (std::size_t l = 1; l < kLanes; ++l) {
+      const bool c = closerOrEarlier(bv[l], int(bi[l]), best, bestJ);
+      best = c ? bv[l] : best;
+      bestJ = c ? int(bi[l]) : bestJ;
+    }
   }
   // Every index from here on is above bestJ, so closer() alone decides, as in the sequential
   // scan. Branch free (selects, not jumps): which centre wins is data dependent, and at small K
@@ -475,11 +478,30 @@ struct Lloyd {
       H xhStack[kMaxStackD];
       std::vector<H> xhHeap;
       const H* xh = highRow(i, xhStack, xhHeap);
-      for (std::size_t j = 0; j < kk; ++j) {
-        bool fell = false;
-        dist[j] = mixedDistance<LowT, H>(expandedDistance<LowT>(xx, ccl[j], dots[j]), xh,
-                                         ch.data() + j * dd, dd, factor, &fell);
-        fallbacks += fell;
+      if constexpr (std::is_floating_point_v<LowT>) {
+        // mixedDistance's values in two steps: every pair's expanded value and test side by side
+        // (vector lanes; a pair that falls back is marked with a NaN, which no pair that passes
+        // can be), then the direct formula for the marked pairs, which are few.
+        const H f = factor;
+        const LowT* __restrict cc = ccl.data();
+        H* __restrict out = dist;
+        for (std::size_t j = 0; j < kk; ++j) {
+          const Expanded<LowT> e = expandedDistance<LowT>(xx, cc[j], dots[j]);
+          const H dHat = convert<H>(e.distance);
+          out[j] = reliable<H>(dHat, convert<H>(e.sumNorms), f) ? dHat : H(NAN);
+        }
+        for (std::size_t j = 0; j < kk; ++j) {
+          if (out[j] == out[j]) continue;
+          out[j] = directDistance<H>(xh, ch.data() + j * dd, dd);
+          ++fallbacks;
+        }
+      } else {
+        for (std::size_t j = 0; j < kk; ++j) {
+          bool fell = false;
+          dist[j] = mixedDistance<LowT, H>(expandedDistance<LowT>(xx, ccl[j], dots[j]), xh,
+                                           ch.data() + j * dd, dd, factor, &fell);
+          fallbacks += fell;
+        }
       }
       bestJ = firstLeast(dist, kk);
     } else {
