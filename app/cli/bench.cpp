@@ -338,14 +338,10 @@ void runBench(const BenchOptions& o) {
 
   auto engine = makeCpuEngine(threads);
   std::vector<Row> rows;
-  nlohmann::json json = {{"suite", o.suite},
-                         {"image", o.image.filename().string()},
-                         {"width", photo.width},
-                         {"height", photo.height},
-                         {"threads", threads},
-                         {"repeats", o.repeats},
-                         {"full_scan", o.fullScan},
-                         {"runs", nlohmann::json::array()}};
+  nlohmann::json json = {{"suite", o.suite},        {"image", o.image.filename().string()},
+                         {"width", photo.width},    {"height", photo.height},
+                         {"threads", threads},      {"repeats", o.repeats},
+                         {"full_scan", o.fullScan}, {"runs", nlohmann::json::array()}};
   for (int k : benchClusters(o)) {
     const auto idx = chooseInitialCentres(features, k, Init::RandomPoints, o.seed);
     const Matrix init = gatherRows(features, idx);

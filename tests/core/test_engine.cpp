@@ -201,8 +201,8 @@ TEST(Lloyd, TiesAmongManyCentresGoToTheLowestIndex) {
         p.maxIterations = 1;
         p.useBounds = bounds;
         const auto r = makeCpuEngine(2)->run(data, init, p);
-        EXPECT_EQ(r.labels, want.labels) << "K = " << k << ", " << modeName(mode)
-                                         << (bounds ? ", bounds" : ", full scan");
+        EXPECT_EQ(r.labels, want.labels)
+            << "K = " << k << ", " << modeName(mode) << (bounds ? ", bounds" : ", full scan");
       }
   }
 }
