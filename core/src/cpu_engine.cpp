@@ -63,6 +63,22 @@ struct Vec4<float> {
   typedef float type __attribute__((vector_size(16)));
 };
 
+// 32 bytes of T in lanes (GCC vector extension), with integer lanes of T's width for indices and
+// compare masks: firstLeast's and leastExcept's.
+template <class T>
+struct Lanes {
+  static_assert(std::is_floating_point_v<T>);
+  using I = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+  static constexpr std::size_t kCount = 32 / sizeof(T);
+  typedef T V __attribute__((vector_size(32)));
+  typedef I VI __attribute__((vector_size(32)));
+  // Lane l of idx takes l (an out parameter: a vector returned by value would change the ABI
+  // between the builds with and without AVX, -Wpsabi).
+  static void setIndices(VI& idx) {
+    for (std::size_t l = 0; l < kCount; ++l) idx[l] = I(l);
+  }
+};
+
 // The index the sequential scan `best = v[0]; for j: if (closer(v[j], best)) take j` picks: the
 // first of the least values, NaN never winning (index 0 when every value is NaN). In vector
 // lanes: lane l scans v[l], v[l + L], ... as the sequential scan would, then the lanes' winners
@@ -73,20 +89,20 @@ struct Vec4<float> {
 // selects one per centre, was the largest share of a full-scan pass (perf, fp32, K = 32).
 template <class T>
 KMSEG_INLINE int firstLeast(const T* __restrict v, std::size_t k) {
-  static_assert(std::is_floating_point_v<T>);
-  using I = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
-  constexpr std::size_t kLanes = 32 / sizeof(T);
-  typedef T V __attribute__((vector_size(32)));
-  typedef I VI __attribute__((vector_size(32)));
+  using L = Lanes<T>;
+  using I = typename L::I;
+  using V = typename L::V;
+  using VI = typename L::VI;
+  constexpr std::size_t kLanes = L::kCount;
   int bestJ = 0;
   T best = v[0];
   std::size_t j = 1;
   if (k >= 2 * kLanes) {
     V bv, c;
-    VI bi, idx;
     std::memcpy(&bv, v, sizeof(V));
-    for (std::size_t l = 0; l < kLanes; ++l) idx[l] = I(l);
-    bi = idx;
+    VI idx;
+    L::setIndices(idx);
+    VI bi = idx;
     for (j = kLanes; j + kLanes <= k; j += kLanes) {
       std::memcpy(&c, v + j, sizeof(V));
       idx += I(kLanes);
@@ -119,17 +135,17 @@ KMSEG_INLINE int firstLeast(const T* __restrict v, std::size_t k) {
 // firstLeast took the argmin into lanes (perf, fp32, K = 32).
 template <class T>
 KMSEG_INLINE double leastExcept(const T* __restrict v, std::size_t k, int a) {
-  static_assert(std::is_floating_point_v<T>);
-  using I = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
-  constexpr std::size_t kLanes = 32 / sizeof(T);
-  typedef T V __attribute__((vector_size(32)));
-  typedef I VI __attribute__((vector_size(32)));
+  using L = Lanes<T>;
+  using I = typename L::I;
+  using V = typename L::V;
+  using VI = typename L::VI;
+  constexpr std::size_t kLanes = L::kCount;
   T m = T(INFINITY);
   std::size_t j = 0;
   if (k >= kLanes) {
     V mv = V{} + T(INFINITY), c;
     VI idx;
-    for (std::size_t l = 0; l < kLanes; ++l) idx[l] = I(l);
+    L::setIndices(idx);
     const VI skip = VI{} + I(a);
     for (; j + kLanes <= k; j += kLanes) {
       std::memcpy(&c, v + j, sizeof(V));
