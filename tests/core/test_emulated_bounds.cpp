@@ -119,6 +119,16 @@ TEST(EmulatedBounds, RunsGiveTheFullScanOnPhotoLikeData) {
                                 "blobs");
 }
 
+// Many centres (up to 130), K on both sides of 64 and not always a multiple of the pruned pass's
+// four vector lanes (its scalar tail).
+TEST(EmulatedBounds, RunsGiveTheFullScanWithManyCentres) {
+  const Matrix data = blobs(4000, 5, 40, 0.05, 11, 0.0, 1.0, 16);
+  for (Mode mode : kEmulatedModes)
+    for (int k : {63, 64, 65, 70, 130})
+      expectBoundsChangeNothing(data, initialCentres(data, k, 7), boundsRunParams(mode, k, 12),
+                                "many centres");
+}
+
 TEST(EmulatedBounds, RunsGiveTheFullScanOnUniformDataAndOtherDimensions) {
   for (std::size_t d : {1, 2, 16}) {
     const Matrix data = randomData(6000, d, 9);
