@@ -9,6 +9,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -36,8 +37,11 @@ Rgb pixel(const Image& image, int x, int y) {
   return {int(image.sample(i, 0)), int(image.sample(i, 1)), int(image.sample(i, 2))};
 }
 
+// A test file's bytes; a file that cannot be read fails the test (the tests edit the bytes at
+// fixed offsets, which an empty vector would not have).
 std::vector<char> readBytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read the test file " + path.string());
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
