@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -475,6 +476,72 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
       EXPECT_EQ(a.trace.size(), std::size_t(a.iterations));
       EXPECT_GE(a.sse, 0.0);
       if (std::string(c.what) == "re-seeding") EXPECT_GT(a.emptyClusterEvents, 0);
+    }
+  }
+}
+
+// The launch shapes that the small runs above do not reach, on data small enough for racecheck
+// (same command: the filter '*SmallRuns*' takes both tests): warps with several tile rounds
+// (KMSEG_CUDA_BLOCKS=2); one accumulator slot per warp, so that all 32 lanes take turns
+// (K = 32 and KMSEG_CUDA_FAST_SHARED_KB=10, 16 in W = fp64: between the shared memory of one
+// slot and of two, fastSharedBytes); the tiled generic pass with two centre tiles and two feature
+// stages (D = 40, K = 70) and with D = 128; K = 1024 in the fast pass. Each case in the persistent
+// loop where it applies and in the chain: the first assignment is the CPU engine's (labels and
+// fallback count: identical centres), and three iterations are repeated bit for bit.
+TEST_P(CudaEveryMode, SmallRunsOfEveryLaunchShape) {
+  KMSEG_REQUIRE_GPU();
+  auto cpu = makeCpuEngine(0);
+  auto gpu = makeCudaEngine();
+  struct ShapeCase {
+    DataCase data;
+    const char* knob;  // an environment variable set for the case, or null
+    const char* value;
+  };
+  std::vector<ShapeCase> cases;
+  // 96 x 80 pixels: 60 tiles of 16 x 8, in runs of 200 rows from one blob, as in a photo.
+  const Matrix image = blobs(96 * 80, 5, 6, 0.03, 11, 200);
+  cases.push_back(
+      {{"several tile rounds per warp", image,
+        gatherRows(image, chooseInitialCentres(image, 8, Init::RandomPoints, 1)), 8, 96},
+       "KMSEG_CUDA_BLOCKS",
+       "2"});
+  cases.push_back(
+      {{"one slot per warp", image,
+        gatherRows(image, chooseInitialCentres(image, 32, Init::RandomPoints, 2)), 32, 96},
+       "KMSEG_CUDA_FAST_SHARED_KB",
+       GetParam() == Mode::Fp64 ? "16" : "10"});
+  const Matrix wide = blobs(1500 + 13, 40, 70, 0.1, 9);
+  cases.push_back({{"D = 40, K = 70", wide,
+                    gatherRows(wide, chooseInitialCentres(wide, 70, Init::RandomPoints, 4)), 70},
+                   nullptr,
+                   nullptr});
+  const Matrix d128 = blobs(300, 128, 4, 0.1, 10);
+  cases.push_back(
+      {{"D = 128", d128, gatherRows(d128, chooseInitialCentres(d128, 5, Init::RandomPoints, 5)), 5},
+       nullptr,
+       nullptr});
+  const Matrix many = randomData(1500, 5, 17);
+  cases.push_back(
+      {{"K = 1024", many, gatherRows(many, chooseInitialCentres(many, 1024, Init::RandomPoints, 1)),
+        1024},
+       nullptr,
+       nullptr});
+  for (const ShapeCase& s : cases) {
+    const DataCase& c = s.data;
+    std::optional<ScopedEnv> knob;
+    if (s.knob) knob.emplace(s.knob, s.value);
+    for (const bool chain : {false, true}) {
+      SCOPED_TRACE(std::string(c.what) + (chain ? ", chain" : ""));
+      ScopedEnv env("KMSEG_CUDA_PERSISTENT", chain ? "0" : "");
+      KMeansParams p = paramsFor(GetParam(), c.k, 1);
+      p.imageWidth = c.width;
+      const KMeansResult a = cpu->run(c.data, c.init, p);
+      const KMeansResult b = gpu->run(c.data, c.init, p);
+      ASSERT_EQ(b.labels.size(), c.data.rows);
+      EXPECT_EQ(a.labels, b.labels) << "the first assignment uses identical centres";
+      EXPECT_EQ(a.fallbacks, b.fallbacks);
+      p.maxIterations = 3;
+      expectSameRun(gpu->run(c.data, c.init, p), gpu->run(c.data, c.init, p));
     }
   }
 }
