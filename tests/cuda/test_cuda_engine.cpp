@@ -683,53 +683,64 @@ TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
 // the first iteration and over a run, at the fast pass's D and the tiled pass's, with one list
 // and with many, and with lists cut to 1 and 3 points (KMSEG_CUDA_RESEED_LIST), which sends
 // re-seeding to the scan: all bit for bit the same run.
-TEST(CudaEngine, ReseedsManyEmptyClustersAsTheCpu) {
+struct ManyEmptyCase {
+  const char* what;
+  std::size_t n, d;
+  int distinct, k;
+};
+constexpr ManyEmptyCase kManyEmptyCases[] = {{"N400_D5_K350", 400, 5, 200, 350},
+                                             {"N30000_D5_K1000", 30000, 5, 600, 1000},
+                                             {"N30000_D20_K1000", 30000, 20, 500, 1000}};
+
+// One test per case and mode, so that each fits a slow sanitizer's time limit.
+class CudaReseedsMany
+    : public ::testing::TestWithParam<std::tuple<ManyEmptyCase, Mode>> {};
+
+TEST_P(CudaReseedsMany, EmptyClustersAsTheCpu) {
   KMSEG_REQUIRE_GPU();
-  struct Case {
-    const char* what;
-    std::size_t n, d;
-    int distinct, k;
-  };
+  const auto& [c, mode] = GetParam();
   auto cpu = makeCpuEngine(0);
   auto gpu = makeCudaEngine();
-  for (const Case& c : {Case{"N=400, D=5, K=350 (small clusters)", 400, 5, 200, 350},
-                        Case{"N=30000, D=5, K=1000", 30000, 5, 600, 1000},
-                        Case{"N=30000, D=20, K=1000", 30000, 20, 500, 1000}}) {
-    SCOPED_TRACE(c.what);
-    const Matrix data = randomData(c.n, c.d, 41);
-    // Centres that are not data points (a cluster's points are then all at a distance from it),
-    // the first `distinct` repeated: clusters distinct .. k - 1 start empty, and maybe others.
-    const Matrix centres = randomData(std::size_t(c.distinct), c.d, 1041);
-    Matrix init(std::size_t(c.k), c.d);
-    for (std::size_t j = 0; j < init.rows; ++j)
-      for (std::size_t q = 0; q < c.d; ++q) init(j, q) = centres(j % centres.rows, q);
-    if (c.n == 400)
-      EXPECT_GT(test::firstReseedByTheRule(data, init).skips, 20);  // the case tests skipping
-    for (Mode mode : {Mode::Fp64, Mode::Fp32, Mode::Fp16Fp32}) {
-      SCOPED_TRACE(modeName(mode));
-      const KMeansParams p1 = paramsFor(mode, c.k, 1), p = paramsFor(mode, c.k, 10);
-      const KMeansResult a1 = cpu->run(data, init, p1), a = cpu->run(data, init, p);
-      ASSERT_EQ(a1.trace.size(), 1u);
-      EXPECT_GE(a1.trace[0].emptyClusters, c.k - c.distinct);
-      KMeansResult first;
-      for (const char* list : {"", "1", "3"}) {
-        SCOPED_TRACE(std::string("KMSEG_CUDA_RESEED_LIST=") + list);
-        ScopedEnv env("KMSEG_CUDA_RESEED_LIST", list);
-        const KMeansResult b1 = gpu->run(data, init, p1), b = gpu->run(data, init, p);
-        EXPECT_EQ(b1.labels, a1.labels);
-        EXPECT_EQ(b1.emptyClusterEvents, a1.emptyClusterEvents);
-        ASSERT_EQ(b.iterations, a.iterations);
-        for (std::size_t i = 0; i < a.trace.size(); ++i)
-          EXPECT_EQ(b.trace[i].emptyClusters, a.trace[i].emptyClusters) << "iteration " << i + 1;
-        EXPECT_LE(mismatchFraction(a.labels, b.labels), mode == Mode::Fp64 ? 1e-5 : 1e-3);
-        if (*list == 0)
-          first = b;
-        else
-          expectSameRun(b, first);
-      }
-    }
+  const Matrix data = randomData(c.n, c.d, 41);
+  // Centres that are not data points (a cluster's points are then all at a distance from it),
+  // the first `distinct` repeated: clusters distinct .. k - 1 start empty, and maybe others.
+  const Matrix centres = randomData(std::size_t(c.distinct), c.d, 1041);
+  Matrix init(std::size_t(c.k), c.d);
+  for (std::size_t j = 0; j < init.rows; ++j)
+    for (std::size_t q = 0; q < c.d; ++q) init(j, q) = centres(j % centres.rows, q);
+  if (c.n == 400)
+    EXPECT_GT(test::firstReseedByTheRule(data, init).skips, 20);  // the case tests skipping
+  const KMeansParams p1 = paramsFor(mode, c.k, 1), p = paramsFor(mode, c.k, 10);
+  const KMeansResult a1 = cpu->run(data, init, p1), a = cpu->run(data, init, p);
+  ASSERT_EQ(a1.trace.size(), 1u);
+  EXPECT_GE(a1.trace[0].emptyClusters, c.k - c.distinct);
+  KMeansResult first;
+  for (const char* list : {"", "1", "3"}) {
+    SCOPED_TRACE(std::string("KMSEG_CUDA_RESEED_LIST=") + list);
+    ScopedEnv env("KMSEG_CUDA_RESEED_LIST", list);
+    const KMeansResult b1 = gpu->run(data, init, p1), b = gpu->run(data, init, p);
+    EXPECT_EQ(b1.labels, a1.labels);
+    EXPECT_EQ(b1.emptyClusterEvents, a1.emptyClusterEvents);
+    ASSERT_EQ(b.iterations, a.iterations);
+    for (std::size_t i = 0; i < a.trace.size(); ++i)
+      EXPECT_EQ(b.trace[i].emptyClusters, a.trace[i].emptyClusters) << "iteration " << i + 1;
+    EXPECT_LE(mismatchFraction(a.labels, b.labels), mode == Mode::Fp64 ? 1e-5 : 1e-3);
+    if (*list == 0)
+      first = b;
+    else
+      expectSameRun(b, first);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CudaReseedsMany,
+    ::testing::Combine(::testing::ValuesIn(kManyEmptyCases),
+                       ::testing::Values(Mode::Fp64, Mode::Fp32, Mode::Fp16Fp32)),
+    [](const ::testing::TestParamInfo<std::tuple<ManyEmptyCase, Mode>>& info) {
+      std::string m(modeName(std::get<1>(info.param)));
+      std::replace(m.begin(), m.end(), '>', '_');
+      return std::string(std::get<0>(info.param).what) + "_" + m;
+    });
 
 // Rows beyond fp16's range (squared norm over 65504; the general pass, since they exceed the
 // fast pass's magnitude bound): the CUDA engine completes, reports the same count as the CPU
@@ -969,8 +980,9 @@ TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
 // chain's (KMSEG_CUDA_PERSISTENT=0) bit for bit in every mode: on a photo, through the re-seeding
 // branch (the kernel leaves the loop on an empty cluster and is entered again), with and without
 // the SSE trace, with the repeat rule, and under cancellation.
-TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
+TEST_P(CudaEveryMode, PersistentLoopIsBitIdenticalToTheKernelChain) {
   KMSEG_REQUIRE_GPU();
+  const Mode mode = GetParam();
   auto gpu = makeCudaEngine();
   const Photo coffeePhoto = photo("samples/coffee.png");
   const Matrix& coffee = coffeePhoto.features;
@@ -981,30 +993,27 @@ TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
                    coffeePhoto.width});
   cases.push_back({"re-seeding", reseed, gatherRows(reseed, {0, 0, 1, 1, 2, 3}), 6});
   for (const DataCase& c : cases) {
-    for (Mode mode : kAllModes) {
-      for (bool sse : {false, true}) {
-        SCOPED_TRACE(std::string(c.what) + ", mode " + std::string(modeName(mode)) +
-                     (sse ? ", SSE traced" : ", no SSE trace"));
-        KMeansParams p = paramsFor(mode, c.k, 60);
-        p.imageWidth = c.width;
-        p.detectRepeats = true;
-        p.traceSse = sse;
-        EXPECT_TRUE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
-        int calls = 0;
-        RunControl control;
-        control.progress = [&](const IterationStats& s) { EXPECT_EQ(s.iteration, ++calls); };
-        const KMeansResult persistent = gpu->run(c.data, c.init, p, control);
-        EXPECT_EQ(calls, persistent.iterations);
-        KMeansResult chain;
-        {
-          ScopedEnv env("KMSEG_CUDA_PERSISTENT", "0");
-          EXPECT_FALSE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
-          chain = gpu->run(c.data, c.init, p);
-        }
-        expectSameRun(persistent, chain);
-        if (std::string(c.what) == "re-seeding") EXPECT_GT(persistent.emptyClusterEvents, 0);
-        if (sse) EXPECT_GT(persistent.trace.back().sse, 0.0);
+    for (bool sse : {false, true}) {
+      SCOPED_TRACE(std::string(c.what) + (sse ? ", SSE traced" : ", no SSE trace"));
+      KMeansParams p = paramsFor(mode, c.k, 60);
+      p.imageWidth = c.width;
+      p.detectRepeats = true;
+      p.traceSse = sse;
+      EXPECT_TRUE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
+      int calls = 0;
+      RunControl control;
+      control.progress = [&](const IterationStats& s) { EXPECT_EQ(s.iteration, ++calls); };
+      const KMeansResult persistent = gpu->run(c.data, c.init, p, control);
+      EXPECT_EQ(calls, persistent.iterations);
+      KMeansResult chain;
+      {
+        ScopedEnv env("KMSEG_CUDA_PERSISTENT", "0");
+        EXPECT_FALSE(timeCudaRun(c.data, c.init, p, 1).persistentLoop);
+        chain = gpu->run(c.data, c.init, p);
       }
+      expectSameRun(persistent, chain);
+      if (std::string(c.what) == "re-seeding") EXPECT_GT(persistent.emptyClusterEvents, 0);
+      if (sse) EXPECT_GT(persistent.trace.back().sse, 0.0);
     }
   }
   // By default the loop takes the persistent kernel for the packed passes (fp16 and bf16, and
@@ -1013,27 +1022,27 @@ TEST(CudaEngine, PersistentLoopIsBitIdenticalToTheKernelChain) {
   // per block); =1 takes it wherever the blocks are resident. 2 000 000 rows make 15 625 tiles,
   // more than two rounds of any grid of resident blocks on an H200 (4 x 132 blocks of 8 warps).
   // On a device with a run-time limit for kernels the packed passes keep the two-round rule too.
-  {
-    int timeout = 0;
-    ASSERT_EQ(cudaDeviceGetAttribute(&timeout, cudaDevAttrKernelExecTimeout, 0), cudaSuccess);
-    const Matrix large = randomData(2'000'000, 5, 11);
-    const Matrix largeInit =
-        gatherRows(large, chooseInitialCentres(large, 32, Init::RandomPoints, 1));
-    const long long tiles = ((2'000'000 + 15) / 16 + 7) / 8;
-    for (Mode mode : kAllModes) {
-      SCOPED_TRACE(std::string("2 000 000 rows, mode ") + std::string(modeName(mode)));
-      KMeansParams two = paramsFor(mode, 32, 2);
-      const CudaTiming automatic = timeCudaRun(large, largeInit, two, 1);
-      const bool packed = mode == Mode::Fp16 || mode == Mode::Bf16 || mode == Mode::Fp16Fp32 ||
-                          mode == Mode::Fp16Fp64;
-      const bool twoRounds = tiles <= 2ll * automatic.passBlocks * 8;
-      if (!packed) EXPECT_FALSE(twoRounds) << automatic.passBlocks << " blocks";
-      EXPECT_EQ(automatic.persistentLoop, (packed && !timeout) || twoRounds)
-          << tiles << " tiles, " << automatic.passBlocks << " blocks";
-      ScopedEnv env("KMSEG_CUDA_PERSISTENT", "1");
-      EXPECT_TRUE(timeCudaRun(large, largeInit, two, 1).persistentLoop);
-    }
-  }
+  int timeout = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&timeout, cudaDevAttrKernelExecTimeout, 0), cudaSuccess);
+  const Matrix large = randomData(2'000'000, 5, 11);
+  const Matrix largeInit = gatherRows(large, chooseInitialCentres(large, 32, Init::RandomPoints, 1));
+  const long long tiles = ((2'000'000 + 15) / 16 + 7) / 8;
+  SCOPED_TRACE("2 000 000 rows");
+  KMeansParams two = paramsFor(mode, 32, 2);
+  const CudaTiming automatic = timeCudaRun(large, largeInit, two, 1);
+  const bool packed = mode == Mode::Fp16 || mode == Mode::Bf16 || mode == Mode::Fp16Fp32 ||
+                      mode == Mode::Fp16Fp64;
+  const bool twoRounds = tiles <= 2ll * automatic.passBlocks * 8;
+  if (!packed) EXPECT_FALSE(twoRounds) << automatic.passBlocks << " blocks";
+  EXPECT_EQ(automatic.persistentLoop, (packed && !timeout) || twoRounds)
+      << tiles << " tiles, " << automatic.passBlocks << " blocks";
+  ScopedEnv env("KMSEG_CUDA_PERSISTENT", "1");
+  EXPECT_TRUE(timeCudaRun(large, largeInit, two, 1).persistentLoop);
+}
+
+TEST(CudaEngine, PersistentLoopCancelsWithinOneIteration) {
+  KMSEG_REQUIRE_GPU();
+  auto gpu = makeCudaEngine();
   // Cancellation takes effect within one iteration, on data whose iterations (about 0.15 ms each
   // on an H200) outlast the host's polling interval, so that the count measures the device's
   // reaction, not the host's.
@@ -1086,27 +1095,43 @@ TEST(CudaEngine, TiledMixedPassBreaksTiesBetweenFallingAndReliablePairsByIndex) 
 // The paper's near-points setting: clusters far from the origin and close to each other, so
 // that the expanded formula in fp16/bf16 cannot separate them; the mixed modes fall back and
 // recover the fp64 labels.
-TEST(CudaEngine, MixedModesRestoreAccuracyOnNearPoints) {
-  KMSEG_REQUIRE_GPU();
-  Matrix data = blobs(20000, 5, 8, 0.004, 31);
-  for (double& v : data.values) v += 20.0;
-  const Matrix init = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 2));
-  auto gpu = makeCudaEngine();
-  const KMeansResult ref = gpu->run(data, init, paramsFor(Mode::Fp64, 8));
-  auto diff = [&](Mode m) {
-    const KMeansResult r = gpu->run(data, init, paramsFor(m, 8));
-    const double d = compareLabelings(ref.labels, r.labels, 8, ref.sse, r.sse).diffPercent;
+// Diff (%) of a run in `mode` against the fp64 run, on the near points.
+class NearPoints {
+ public:
+  NearPoints() : data_(blobs(20000, 5, 8, 0.004, 31)) {
+    for (double& v : data_.values) v += 20.0;
+    init_ = gatherRows(data_, chooseInitialCentres(data_, 8, Init::RandomPoints, 2));
+    ref_ = gpu_->run(data_, init_, paramsFor(Mode::Fp64, 8));
+  }
+  double diff(Mode m) {
+    const KMeansResult r = gpu_->run(data_, init_, paramsFor(m, 8));
+    const double d = compareLabelings(ref_.labels, r.labels, 8, ref_.sse, r.sse).diffPercent;
     std::printf("[ near     ] %-10s Diff %.4f %% eta %.4f\n", std::string(modeName(m)).c_str(), d,
                 r.fallbackRatio());
     return d;
-  };
-  EXPECT_GT(diff(Mode::Fp16), 5.0);
-  EXPECT_GT(diff(Mode::Bf16), 5.0);
-  EXPECT_LT(diff(Mode::Fp16Fp32), 0.5);
-  EXPECT_LT(diff(Mode::Fp16Fp64), 0.5);
-  EXPECT_LT(diff(Mode::Bf16Fp32), 0.5);
-  EXPECT_LT(diff(Mode::Bf16Fp64), 0.5);
-  EXPECT_LT(diff(Mode::Fp32Fp64), 0.5);  // W = fp32: the data itself is rounded
+  }
+
+ private:
+  Matrix data_, init_;
+  std::unique_ptr<KMeansEngine> gpu_ = makeCudaEngine();
+  KMeansResult ref_;
+};
+
+TEST(CudaEngine, UniformFp16AndBf16FailOnNearPoints) {
+  KMSEG_REQUIRE_GPU();
+  NearPoints near;
+  EXPECT_GT(near.diff(Mode::Fp16), 5.0);
+  EXPECT_GT(near.diff(Mode::Bf16), 5.0);
+}
+
+TEST(CudaEngine, MixedModesRestoreAccuracyOnNearPoints) {
+  KMSEG_REQUIRE_GPU();
+  NearPoints near;
+  EXPECT_LT(near.diff(Mode::Fp16Fp32), 0.5);
+  EXPECT_LT(near.diff(Mode::Fp16Fp64), 0.5);
+  EXPECT_LT(near.diff(Mode::Bf16Fp32), 0.5);
+  EXPECT_LT(near.diff(Mode::Bf16Fp64), 0.5);
+  EXPECT_LT(near.diff(Mode::Fp32Fp64), 0.5);  // W = fp32: the data itself is rounded
 }
 
 // The mixed passes prune with margins that take sqrtUp, an upper bound of the square root built
@@ -1154,70 +1179,79 @@ TEST(CudaEngine, ReportsProgressAndCancelsWithinOneIteration) {
 // data of several buffers' size in both directions, uint8 and uint16 labels, whose every label
 // is known. Row i is (i mod K) * 10 + a small offset, the initial centres are rows 0 .. K - 1,
 // so row i's label is i mod K from the first assignment on.
-TEST(CudaEngine, CopiesDataAndLabelsThroughSeveralStagingBuffers) {
-  KMSEG_REQUIRE_GPU();
+void expectLabelsThroughStaging(std::size_t n, int k) {
   auto gpu = makeCudaEngine();
-  struct Case {
-    std::size_t n;
-    int k;
-  };
-  // 17 M uint8 labels (two buffers), 8.5 M uint16 labels (two buffers); the rows are 136 and
-  // 68 MB of doubles.
-  for (const Case c : {Case{17'000'000, 3}, Case{8'500'000, 257}}) {
-    Matrix data(c.n, 1);
-    for (std::size_t i = 0; i < c.n; ++i)
-      data.values[i] = double(i % std::size_t(c.k)) * 10.0 + double(i % 7) * 1e-3;
-    Matrix init(std::size_t(c.k), 1);
-    for (int j = 0; j < c.k; ++j) init.values[std::size_t(j)] = data.values[std::size_t(j)];
-    for (Mode mode : {Mode::Fp32, Mode::Fp64}) {
-      const KMeansResult r = gpu->run(data, init, paramsFor(mode, c.k, 2), {});
-      ASSERT_EQ(r.labels.size(), c.n);
-      std::size_t wrong = 0, first = c.n;
-      for (std::size_t i = 0; i < c.n; ++i)
-        if (r.labels[i] != int(i % std::size_t(c.k)) && wrong++ == 0) first = i;
-      EXPECT_EQ(wrong, 0u) << modeName(mode) << ", N = " << c.n << ", K = " << c.k
-                           << ": first wrong label at row " << first;
-      for (int j = 0; j < c.k; j += 64)
-        EXPECT_NEAR(r.centroids(std::size_t(j), 0), 10.0 * j + 3e-3, 1e-3) << "centre " << j;
-    }
+  Matrix data(n, 1);
+  for (std::size_t i = 0; i < n; ++i)
+    data.values[i] = double(i % std::size_t(k)) * 10.0 + double(i % 7) * 1e-3;
+  Matrix init(std::size_t(k), 1);
+  for (int j = 0; j < k; ++j) init.values[std::size_t(j)] = data.values[std::size_t(j)];
+  for (Mode mode : {Mode::Fp32, Mode::Fp64}) {
+    const KMeansResult r = gpu->run(data, init, paramsFor(mode, k, 2), {});
+    ASSERT_EQ(r.labels.size(), n);
+    std::size_t wrong = 0, first = n;
+    for (std::size_t i = 0; i < n; ++i)
+      if (r.labels[i] != int(i % std::size_t(k)) && wrong++ == 0) first = i;
+    EXPECT_EQ(wrong, 0u) << modeName(mode) << ", N = " << n << ", K = " << k
+                         << ": first wrong label at row " << first;
+    for (int j = 0; j < k; j += 64)
+      EXPECT_NEAR(r.centroids(std::size_t(j), 0), 10.0 * j + 3e-3, 1e-3) << "centre " << j;
   }
+}
+
+// 17 M uint8 labels (two buffers); the rows are 136 MB of doubles.
+TEST(CudaEngine, CopiesDataAndUint8LabelsThroughSeveralStagingBuffers) {
+  KMSEG_REQUIRE_GPU();
+  expectLabelsThroughStaging(17'000'000, 3);
+}
+
+// 8.5 M uint16 labels (two buffers); the rows are 68 MB of doubles.
+TEST(CudaEngine, CopiesDataAndUint16LabelsThroughSeveralStagingBuffers) {
+  KMSEG_REQUIRE_GPU();
+  expectLabelsThroughStaging(8'500'000, 257);
 }
 
 // Data the engine keeps (KeptData: checked once, or not at all when the caller gives its largest
 // magnitude; its rows left on the device between runs) gives every mode and working precision
-// the run it gets without keeping, bit for bit; runs on other data meanwhile are their own;
-// after the keep ends, a changed matrix is read again.
-TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
+// the run it gets without keeping, bit for bit, and runs on other data meanwhile are their own.
+// One test per mode, so that each fits a slow sanitizer's time limit.
+TEST_P(CudaEveryMode, KeptDataGivesEveryRunItsPlainResult) {
   KMSEG_REQUIRE_GPU();
   const Photo ph = photo("samples/coffee.png");
-  Matrix data = ph.features;
+  const Matrix& data = ph.features;
   const Matrix init = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 3));
   const Matrix other = blobs(20'000, 5, 6, 0.05, 11);
   const Matrix otherInit = gatherRows(other, chooseInitialCentres(other, 6, Init::RandomPoints, 1));
   auto plain = makeCudaEngine();
   auto keeping = makeCudaEngine();
-  struct Case {
-    Mode mode;
-    Working working;
-  };
-  std::vector<Case> cases;
-  for (Mode m : kAllModes) cases.push_back({m, Working::Auto});
-  cases.push_back({Mode::Fp16Fp32, Working::Fp64});
-  cases.push_back({Mode::Fp32, Working::Fp64});
+  std::vector<Working> workings{Working::Auto};
+  if (GetParam() == Mode::Fp16Fp32 || GetParam() == Mode::Fp32) workings.push_back(Working::Fp64);
+  // Checked by the caller, as runWorkflow does: the engine takes the largest magnitude given.
+  const KeptData kept(*keeping, data, nullptr, checkedMaxAbs(data, "the photo's features"));
+  for (const Working w : workings) {
+    SCOPED_TRACE(w == Working::Fp64 ? "W = fp64" : "W = auto");
+    KMeansParams p = paramsFor(GetParam(), 8, 40);
+    p.working = w;
+    p.imageWidth = ph.width;
+    expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
+    // Other data between two runs of the kept data.
+    const KMeansParams q = paramsFor(GetParam(), 6, 20);
+    expectSameRun(keeping->run(other, otherInit, q), plain->run(other, otherInit, q));
+  }
+}
+
+// Kept data, changed or bad: without the SSE trace a run reads the kept rows in W alone; a kept
+// matrix changed in place or resized is noticed; a NaN is refused; the generic and tiled passes
+// read kept rows; once the keep ends a changed matrix is read again.
+TEST(CudaEngine, KeptDataNoticesChangesAndChecksItsRows) {
+  KMSEG_REQUIRE_GPU();
+  const Photo ph = photo("samples/coffee.png");
+  Matrix data = ph.features;
+  const Matrix init = gatherRows(data, chooseInitialCentres(data, 8, Init::RandomPoints, 3));
+  auto plain = makeCudaEngine();
+  auto keeping = makeCudaEngine();
   {
-    // Checked by the caller, as runWorkflow does: the engine takes the largest magnitude given.
     const KeptData kept(*keeping, data, nullptr, checkedMaxAbs(data, "the photo's features"));
-    for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(modeName(c.mode)) +
-                   (c.working == Working::Fp64 ? ", W = fp64" : ""));
-      KMeansParams p = paramsFor(c.mode, 8, 40);
-      p.working = c.working;
-      p.imageWidth = ph.width;
-      expectSameRun(keeping->run(data, init, p), plain->run(data, init, p));
-      // Other data between two runs of the kept data.
-      const KMeansParams q = paramsFor(c.mode, 6, 20);
-      expectSameRun(keeping->run(other, otherInit, q), plain->run(other, otherInit, q));
-    }
     // Without the SSE trace, a run reads the kept rows in W alone.
     KMeansParams p = paramsFor(Mode::Fp32, 8, 40);
     p.traceSse = false;
@@ -1276,14 +1310,9 @@ TEST(CudaEngine, KeptDataGivesEveryRunItsPlainResult) {
   EXPECT_THROW(keeping->run(data, changedInit, p), DataError);
 }
 
-// Kept data with its image's lookup: the fp64 rows built on the device from the pixels, and the
-// SSE of every iteration rebuilt from them, give every run the result it gets without keeping,
-// bit for bit (8- and 16-bit samples, spatial weights 1 and 0.5, every mode, W = fp64 too). A
-// lookup that does not describe the matrix is refused before any kernel.
-TEST(CudaEngine, KeptLookupGivesEveryRunItsPlainResult) {
-  KMSEG_REQUIRE_GPU();
-  const Image coffee = loadImage(test::sourcePath("samples/coffee.png"));
-  Image deep;  // 16-bit: smooth ramps with noise, 301 x 203
+// A 16-bit image for the lookup tests: smooth ramps with noise, 301 x 203.
+Image deepImage() {
+  Image deep;
   deep.width = 301;
   deep.height = 203;
   deep.bitDepth = 16;
@@ -1291,8 +1320,21 @@ TEST(CudaEngine, KeptLookupGivesEveryRunItsPlainResult) {
   for (std::size_t i = 0; i < deep.pixelCount(); ++i)
     for (int c = 0; c < 3; ++c)
       deep.rgb16.push_back(std::uint16_t((i % 301) * 97 * (c + 1) % 50000 + random() % 4000));
+  return deep;
+}
+
+// Kept data with its image's lookup: the fp64 rows built on the device from the pixels, and the
+// SSE of every iteration rebuilt from them, give every run the result it gets without keeping,
+// bit for bit (8- and 16-bit samples, spatial weights 1 and 0.5, W = fp64 too in fp16>fp32).
+// One test per mode, so that each fits a slow sanitizer's time limit.
+TEST_P(CudaEveryMode, KeptLookupGivesEveryRunItsPlainResult) {
+  KMSEG_REQUIRE_GPU();
+  const Image coffee = loadImage(test::sourcePath("samples/coffee.png"));
+  const Image deep = deepImage();
   auto plain = makeCudaEngine();
   auto keeping = makeCudaEngine();
+  std::vector<Working> workings{Working::Auto};
+  if (GetParam() == Mode::Fp16Fp32) workings.push_back(Working::Fp64);
   for (const Image* image : std::array<const Image*, 2>{&coffee, &deep}) {
     for (const double weight : {1.0, 0.5}) {
       FeatureOptions o;
@@ -1302,20 +1344,26 @@ TEST(CudaEngine, KeptLookupGivesEveryRunItsPlainResult) {
       const Matrix init =
           gatherRows(f.rows, chooseInitialCentres(f.rows, 8, Init::RandomPoints, 5));
       const KeptData kept(*keeping, f.rows, &*f.lookup);
-      std::vector<std::pair<Mode, Working>> cases;
-      for (Mode m : kAllModes) cases.push_back({m, Working::Auto});
-      cases.push_back({Mode::Fp16Fp32, Working::Fp64});
-      for (const auto& [mode, working] : cases) {
+      for (const Working w : workings) {
         SCOPED_TRACE(std::to_string(image->bitDepth) + "-bit, weight " + std::to_string(weight) +
-                     ", " + std::string(modeName(mode)) +
-                     (working == Working::Fp64 ? ", W = fp64" : ""));
-        KMeansParams p = paramsFor(mode, 8, 30);
-        p.working = working;
+                     (w == Working::Fp64 ? ", W = fp64" : ""));
+        KMeansParams p = paramsFor(GetParam(), 8, 30);
+        p.working = w;
         p.imageWidth = image->width;
         expectSameRun(keeping->run(f.rows, init, p), plain->run(f.rows, init, p));
       }
     }
   }
+}
+
+// A lookup that does not describe the kept matrix (other options, another image) is refused
+// before any kernel, and the engine stays sound.
+TEST(CudaEngine, KeptLookupOfOtherFeaturesIsRefused) {
+  KMSEG_REQUIRE_GPU();
+  const Image coffee = loadImage(test::sourcePath("samples/coffee.png"));
+  const Image deep = deepImage();
+  auto plain = makeCudaEngine();
+  auto keeping = makeCudaEngine();
   // Lookups that do not describe the kept matrix: other options, another image.
   const ImageFeatures f = makeImageFeatures(coffee);
   const Matrix init = gatherRows(f.rows, chooseInitialCentres(f.rows, 8, Init::RandomPoints, 5));
