@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: MIT
+//
+// graph_racecheck_probe: race-free kernels that use shared memory, run in the shapes of the
+// engine's Lloyd loop, to tell compute-sanitizer racecheck's behaviour on conditional graph nodes
+// apart from the engine's kernels.
+//
+//   graph_racecheck_probe host|while|nested [ITERATIONS]
+//
+//   host    the kernels launched from the host, one iteration after another
+//   while   one graph: WHILE { a, b, decide }
+//   nested  one graph in the engine's shape: WHILE { WHILE { a, decide }, IF { b }, c, decide }
+//
+// Each kernel writes its block's shared memory, waits at __syncthreads and reads what the other
+// threads wrote, so racecheck must find no hazard. The program checks the result of every
+// kernel (the sums it writes) and prints "ok" with the iteration count, or names what differs;
+// exit status 0, 1 when a result differs, 77 without a device.
+// Run: compute-sanitizer --tool racecheck build/tests/cuda/graph_racecheck_probe while 20
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#define CHECK(call)                                                                        \
+  do {                                                                                     \
+    const cudaError_t e_ = (call);                                                         \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_),     \
+                   __LINE__);                                                              \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+constexpr int kThreads = 256;
+constexpr int kBlocks = 64;
+
+struct State {
+  int iteration;  // counts the outer iterations
+  int inner;      // counts the inner loop's passes in this outer iteration
+  int limit;
+  cudaGraphConditionalHandle outer, innerHandle, ifHandle;
+  long long* sums;  // kBlocks values per kernel: a, b, c
+};
+
+// Shared memory written by every thread, read across threads after the barrier: race-free.
+__device__ long long blockSum(int seed) {
+  __shared__ long long s[kThreads];
+  s[threadIdx.x] = seed + threadIdx.x;
+  __syncthreads();
+  long long v = s[(threadIdx.x + 1) % kThreads];
+  __syncthreads();  // before anyone overwrites s
+  s[threadIdx.x] = v;
+  __syncthreads();
+  long long total = 0;
+  if (threadIdx.x == 0)
+    for (int i = 0; i < kThreads; ++i) total += s[i];
+  return total;
+}
+
+__global__ void kernelA(State* st) {
+  const long long t = blockSum(st->iteration + int(blockIdx.x));
+  if (threadIdx.x == 0) st->sums[blockIdx.x] = t;
+}
+
+// Dynamic shared memory, as the engine's passes use.
+__global__ void kernelB(State* st) {
+  extern __shared__ int dyn[];
+  dyn[threadIdx.x] = int(threadIdx.x) * 3 + st->iteration;
+  __syncthreads();
+  const int v = dyn[kThreads - 1 - threadIdx.x];
+  __syncthreads();
+  dyn[threadIdx.x] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    long long total = 0;
+    for (int i = 0; i < kThreads; ++i) total += dyn[i];
+    st->sums[kBlocks + blockIdx.x] = total;
+  }
+}
+
+__global__ void kernelC(State* st) {
+  const long long t = blockSum(2 * st->iteration + int(blockIdx.x));
+  if (threadIdx.x == 0) st->sums[2 * kBlocks + blockIdx.x] = t;
+}
+
+// Host-loop and while shapes: one decision per iteration.
+__global__ void decideKernel(State* st, int shape) {
+  st->iteration += 1;
+  if (shape == 1) cudaGraphSetConditional(st->outer, st->iteration < st->limit ? 1u : 0u);
+}
+
+// Nested shape: the inner loop runs twice per outer iteration, then the IF node runs b on
+// every odd iteration.
+__global__ void decideInnerKernel(State* st) {
+  st->inner += 1;
+  const bool again = st->inner < 2;
+  cudaGraphSetConditional(st->innerHandle, again ? 1u : 0u);
+  if (!again) cudaGraphSetConditional(st->ifHandle, st->iteration % 2 == 1 ? 1u : 0u);
+}
+
+__global__ void decideOuterKernel(State* st) {
+  st->iteration += 1;
+  st->inner = 0;
+  const bool go = st->iteration < st->limit;
+  cudaGraphSetConditional(st->outer, go ? 1u : 0u);
+  cudaGraphSetConditional(st->innerHandle, go ? 1u : 0u);  // the inner loop runs again
+}
+
+long long expectedA(int iteration, int block) {
+  long long total = 0;
+  for (int i = 0; i < kThreads; ++i) total += iteration + block + (i + 1) % kThreads;
+  return total;
+}
+
+long long expectedB(int iteration) {
+  long long total = 0;
+  for (int i = 0; i < kThreads; ++i) total += (kThreads - 1 - i) * 3 + iteration;
+  return total;
+}
+
+int main(int argc, char** argv) {
+  const std::string shape = argc > 1 ? argv[1] : "";
+  const int limit = argc > 2 ? std::atoi(argv[2]) : 20;
+  if ((shape != "host" && shape != "while" && shape != "nested") || limit < 1 || limit > 100000) {
+    std::fprintf(stderr, "usage: graph_racecheck_probe host|while|nested [ITERATIONS 1..100000]\n");
+    return 2;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device answers: skipped\n");
+    return 77;  // CTest's SKIP_RETURN_CODE
+  }
+  State host;
+  std::memset(&host, 0, sizeof host);
+  host.limit = limit;
+  State* st = nullptr;
+  long long* sums = nullptr;
+  CHECK(cudaMalloc(&st, sizeof(State)));
+  CHECK(cudaMalloc(&sums, 3 * kBlocks * sizeof(long long)));
+  host.sums = sums;
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const std::size_t dyn = kThreads * sizeof(int);
+
+  if (shape == "host") {
+    CHECK(cudaMemcpy(st, &host, sizeof host, cudaMemcpyHostToDevice));
+    for (int i = 0; i < limit; ++i) {
+      kernelA<<<kBlocks, kThreads, 0, s>>>(st);
+      kernelB<<<kBlocks, kThreads, dyn, s>>>(st);
+      kernelC<<<kBlocks, kThreads, 0, s>>>(st);
+      decideKernel<<<1, 1, 0, s>>>(st, 0);
+      CHECK(cudaGetLastError());
+    }
+  } else {
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    CHECK(cudaGraphConditionalHandleCreate(&host.outer, g, 1, cudaGraphCondAssignDefault));
+    cudaGraphNodeParams wp{};
+    wp.type = cudaGraphNodeTypeConditional;
+    wp.conditional.handle = host.outer;
+    wp.conditional.type = cudaGraphCondTypeWhile;
+    wp.conditional.size = 1;
+    cudaGraphNode_t whileNode;
+    CHECK(cudaGraphAddNode(&whileNode, g, nullptr, nullptr, 0, &wp));
+    cudaGraph_t body = wp.conditional.phGraph_out[0];
+    cudaGraph_t captured;
+    if (shape == "while") {
+      CHECK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0,
+                                          cudaStreamCaptureModeThreadLocal));
+      kernelA<<<kBlocks, kThreads, 0, s>>>(st);
+      kernelB<<<kBlocks, kThreads, dyn, s>>>(st);
+      kernelC<<<kBlocks, kThreads, 0, s>>>(st);
+      decideKernel<<<1, 1, 0, s>>>(st, 1);
+      CHECK(cudaStreamEndCapture(s, &captured));
+    } else {
+      CHECK(cudaGraphConditionalHandleCreate(&host.ifHandle, body, 0, 0));
+      CHECK(cudaGraphConditionalHandleCreate(&host.innerHandle, body, 1,
+                                             cudaGraphCondAssignDefault));
+      cudaGraphNodeParams np{};
+      np.type = cudaGraphNodeTypeConditional;
+      np.conditional.handle = host.innerHandle;
+      np.conditional.type = cudaGraphCondTypeWhile;
+      np.conditional.size = 1;
+      cudaGraphNode_t innerNode;
+      CHECK(cudaGraphAddNode(&innerNode, body, nullptr, nullptr, 0, &np));
+      CHECK(cudaStreamBeginCaptureToGraph(s, np.conditional.phGraph_out[0], nullptr, nullptr, 0,
+                                          cudaStreamCaptureModeThreadLocal));
+      kernelA<<<kBlocks, kThreads, 0, s>>>(st);
+      decideInnerKernel<<<1, 1, 0, s>>>(st);
+      CHECK(cudaStreamEndCapture(s, &captured));
+      cudaGraphNodeParams ip{};
+      ip.type = cudaGraphNodeTypeConditional;
+      ip.conditional.handle = host.ifHandle;
+      ip.conditional.type = cudaGraphCondTypeIf;
+      ip.conditional.size = 1;
+      cudaGraphNode_t ifNode;
+      CHECK(cudaGraphAddNode(&ifNode, body, &innerNode, nullptr, 1, &ip));
+      CHECK(cudaStreamBeginCaptureToGraph(s, ip.conditional.phGraph_out[0], nullptr, nullptr, 0,
+                                          cudaStreamCaptureModeThreadLocal));
+      kernelB<<<kBlocks, kThreads, dyn, s>>>(st);
+      CHECK(cudaStreamEndCapture(s, &captured));
+      CHECK(cudaStreamBeginCaptureToGraph(s, body, &ifNode, nullptr, 1,
+                                          cudaStreamCaptureModeThreadLocal));
+      kernelC<<<kBlocks, kThreads, 0, s>>>(st);
+      decideOuterKernel<<<1, 1, 0, s>>>(st);
+      CHECK(cudaStreamEndCapture(s, &captured));
+    }
+    CHECK(cudaMemcpy(st, &host, sizeof host, cudaMemcpyHostToDevice));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+  }
+  CHECK(cudaStreamSynchronize(s));
+
+  // The last iteration's sums: a and c ran with iteration = limit - 1; b with the last iteration
+  // that ran it (the last in host and while; the last odd one in nested).
+  CHECK(cudaMemcpy(&host, st, sizeof host, cudaMemcpyDeviceToHost));
+  long long got[3 * kBlocks];
+  CHECK(cudaMemcpy(got, sums, sizeof got, cudaMemcpyDeviceToHost));
+  int wrong = 0;
+  const int last = limit - 1;
+  const int lastB = shape == "nested" ? (last % 2 == 1 ? last : last - 1) : last;
+  for (int b = 0; b < kBlocks; ++b) {
+    if (got[b] != expectedA(last, b)) ++wrong;
+    if (lastB >= 0 && got[kBlocks + b] != expectedB(lastB)) ++wrong;
+    if (got[2 * kBlocks + b] != expectedA(2 * last, b)) ++wrong;
+  }
+  if (host.iteration != limit || wrong != 0) {
+    std::printf("%s: %d iterations of %d, %d wrong sums\n", shape.c_str(), host.iteration, limit,
+                wrong);
+    return 1;
+  }
+  std::printf("%s: ok, %d iterations\n", shape.c_str(), host.iteration);
+  CHECK(cudaFree(sums));
+  CHECK(cudaFree(st));
+  return 0;
+}
