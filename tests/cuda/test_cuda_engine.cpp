@@ -692,6 +692,9 @@ constexpr ManyEmptyCase kManyEmptyCases[] = {{"N400_D5_K350", 400, 5, 200, 350},
                                              {"N30000_D5_K1000", 30000, 5, 600, 1000},
                                              {"N30000_D20_K1000", 30000, 20, 500, 1000}};
 
+// GoogleTest names the case by its label (not by its bytes, a pointer among them).
+void PrintTo(const ManyEmptyCase& c, std::ostream* os) { *os << c.what; }
+
 // One test per case and mode, so that each fits a slow sanitizer's time limit.
 class CudaReseedsMany
     : public ::testing::TestWithParam<std::tuple<ManyEmptyCase, Mode>> {};
