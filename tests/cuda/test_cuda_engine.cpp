@@ -982,7 +982,7 @@ TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
 // with the SSE trace the SSE pass and the publishing) per iteration. Its results must be the
 // chain's (KMSEG_CUDA_PERSISTENT=0) bit for bit in every mode: on a photo, through the re-seeding
 // branch (the kernel leaves the loop on an empty cluster and is entered again), with and without
-// the SSE trace, with the repeat rule, and under cancellation.
+// the SSE trace and with the repeat rule (one test per mode; cancellation is the next test's).
 TEST_P(CudaEveryMode, PersistentLoopIsBitIdenticalToTheKernelChain) {
   KMSEG_REQUIRE_GPU();
   const Mode mode = GetParam();
