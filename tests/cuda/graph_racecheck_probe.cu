@@ -23,14 +23,13 @@
 #include <cstring>
 #include <string>
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    const cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_),     \
-                   __LINE__);                                                              \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define CHECK(call)                                                                               \
+  do {                                                                                            \
+    const cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s failed: %s (line %d)\n", #call, cudaGetErrorString(e_), __LINE__); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
   } while (0)
 
 constexpr int kThreads = 256;
@@ -176,8 +175,8 @@ int main(int argc, char** argv) {
       CHECK(cudaStreamEndCapture(s, &captured));
     } else {
       CHECK(cudaGraphConditionalHandleCreate(&host.ifHandle, body, 0, 0));
-      CHECK(cudaGraphConditionalHandleCreate(&host.innerHandle, body, 1,
-                                             cudaGraphCondAssignDefault));
+      CHECK(
+          cudaGraphConditionalHandleCreate(&host.innerHandle, body, 1, cudaGraphCondAssignDefault));
       cudaGraphNodeParams np{};
       np.type = cudaGraphNodeTypeConditional;
       np.conditional.handle = host.innerHandle;

@@ -693,11 +693,12 @@ constexpr ManyEmptyCase kManyEmptyCases[] = {{"N400_D5_K350", 400, 5, 200, 350},
                                              {"N30000_D20_K1000", 30000, 20, 500, 1000}};
 
 // GoogleTest names the case by its label (not by its bytes, a pointer among them).
-void PrintTo(const ManyEmptyCase& c, std::ostream* os) { *os << c.what; }
+void PrintTo(const ManyEmptyCase& c, std::ostream* os) {
+  *os << c.what;
+}
 
 // One test per case and mode, so that each fits a slow sanitizer's time limit.
-class CudaReseedsMany
-    : public ::testing::TestWithParam<std::tuple<ManyEmptyCase, Mode>> {};
+class CudaReseedsMany : public ::testing::TestWithParam<std::tuple<ManyEmptyCase, Mode>> {};
 
 TEST_P(CudaReseedsMany, EmptyClustersAsTheCpu) {
   KMSEG_REQUIRE_GPU();
@@ -735,15 +736,15 @@ TEST_P(CudaReseedsMany, EmptyClustersAsTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, CudaReseedsMany,
-    ::testing::Combine(::testing::ValuesIn(kManyEmptyCases),
-                       ::testing::Values(Mode::Fp64, Mode::Fp32, Mode::Fp16Fp32)),
-    [](const ::testing::TestParamInfo<std::tuple<ManyEmptyCase, Mode>>& info) {
-      std::string m(modeName(std::get<1>(info.param)));
-      std::replace(m.begin(), m.end(), '>', '_');
-      return std::string(std::get<0>(info.param).what) + "_" + m;
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, CudaReseedsMany,
+                         ::testing::Combine(::testing::ValuesIn(kManyEmptyCases),
+                                            ::testing::Values(Mode::Fp64, Mode::Fp32,
+                                                              Mode::Fp16Fp32)),
+                         [](const ::testing::TestParamInfo<std::tuple<ManyEmptyCase, Mode>>& info) {
+                           std::string m(modeName(std::get<1>(info.param)));
+                           std::replace(m.begin(), m.end(), '>', '_');
+                           return std::string(std::get<0>(info.param).what) + "_" + m;
+                         });
 
 // Rows beyond fp16's range (squared norm over 65504; the general pass, since they exceed the
 // fast pass's magnitude bound): the CUDA engine completes, reports the same count as the CPU
@@ -1028,13 +1029,14 @@ TEST_P(CudaEveryMode, PersistentLoopIsBitIdenticalToTheKernelChain) {
   int timeout = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&timeout, cudaDevAttrKernelExecTimeout, 0), cudaSuccess);
   const Matrix large = randomData(2'000'000, 5, 11);
-  const Matrix largeInit = gatherRows(large, chooseInitialCentres(large, 32, Init::RandomPoints, 1));
+  const Matrix largeInit =
+      gatherRows(large, chooseInitialCentres(large, 32, Init::RandomPoints, 1));
   const long long tiles = ((2'000'000 + 15) / 16 + 7) / 8;
   SCOPED_TRACE("2 000 000 rows");
   KMeansParams two = paramsFor(mode, 32, 2);
   const CudaTiming automatic = timeCudaRun(large, largeInit, two, 1);
-  const bool packed = mode == Mode::Fp16 || mode == Mode::Bf16 || mode == Mode::Fp16Fp32 ||
-                      mode == Mode::Fp16Fp64;
+  const bool packed =
+      mode == Mode::Fp16 || mode == Mode::Bf16 || mode == Mode::Fp16Fp32 || mode == Mode::Fp16Fp64;
   const bool twoRounds = tiles <= 2ll * automatic.passBlocks * 8;
   if (!packed) EXPECT_FALSE(twoRounds) << automatic.passBlocks << " blocks";
   EXPECT_EQ(automatic.persistentLoop, (packed && !timeout) || twoRounds)
