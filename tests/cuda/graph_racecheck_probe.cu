@@ -119,6 +119,19 @@ long long expectedB(int iteration) {
   return total;
 }
 
+// Adds a conditional node of `type` on `handle` to `graph`, after `dep` (none when null), and
+// returns the graph of its body.
+cudaGraph_t addConditional(cudaGraph_t graph, cudaGraphNode_t* node, const cudaGraphNode_t* dep,
+                           cudaGraphConditionalHandle handle, cudaGraphConditionalNodeType type) {
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeConditional;
+  p.conditional.handle = handle;
+  p.conditional.type = type;
+  p.conditional.size = 1;
+  CHECK(cudaGraphAddNode(node, graph, dep, nullptr, dep ? 1 : 0, &p));
+  return p.conditional.phGraph_out[0];
+}
+
 int main(int argc, char** argv) {
   const std::string shape = argc > 1 ? argv[1] : "";
   const int limit = argc > 2 ? std::atoi(argv[2]) : 20;
@@ -156,14 +169,9 @@ int main(int argc, char** argv) {
     cudaGraph_t g;
     CHECK(cudaGraphCreate(&g, 0));
     CHECK(cudaGraphConditionalHandleCreate(&host.outer, g, 1, cudaGraphCondAssignDefault));
-    cudaGraphNodeParams wp{};
-    wp.type = cudaGraphNodeTypeConditional;
-    wp.conditional.handle = host.outer;
-    wp.conditional.type = cudaGraphCondTypeWhile;
-    wp.conditional.size = 1;
     cudaGraphNode_t whileNode;
-    CHECK(cudaGraphAddNode(&whileNode, g, nullptr, nullptr, 0, &wp));
-    cudaGraph_t body = wp.conditional.phGraph_out[0];
+    const cudaGraph_t body =
+        addConditional(g, &whileNode, nullptr, host.outer, cudaGraphCondTypeWhile);
     cudaGraph_t captured;
     if (shape == "while") {
       CHECK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0,
@@ -177,26 +185,18 @@ int main(int argc, char** argv) {
       CHECK(cudaGraphConditionalHandleCreate(&host.ifHandle, body, 0, 0));
       CHECK(
           cudaGraphConditionalHandleCreate(&host.innerHandle, body, 1, cudaGraphCondAssignDefault));
-      cudaGraphNodeParams np{};
-      np.type = cudaGraphNodeTypeConditional;
-      np.conditional.handle = host.innerHandle;
-      np.conditional.type = cudaGraphCondTypeWhile;
-      np.conditional.size = 1;
       cudaGraphNode_t innerNode;
-      CHECK(cudaGraphAddNode(&innerNode, body, nullptr, nullptr, 0, &np));
-      CHECK(cudaStreamBeginCaptureToGraph(s, np.conditional.phGraph_out[0], nullptr, nullptr, 0,
+      const cudaGraph_t inner =
+          addConditional(body, &innerNode, nullptr, host.innerHandle, cudaGraphCondTypeWhile);
+      CHECK(cudaStreamBeginCaptureToGraph(s, inner, nullptr, nullptr, 0,
                                           cudaStreamCaptureModeThreadLocal));
       kernelA<<<kBlocks, kThreads, 0, s>>>(st);
       decideInnerKernel<<<1, 1, 0, s>>>(st);
       CHECK(cudaStreamEndCapture(s, &captured));
-      cudaGraphNodeParams ip{};
-      ip.type = cudaGraphNodeTypeConditional;
-      ip.conditional.handle = host.ifHandle;
-      ip.conditional.type = cudaGraphCondTypeIf;
-      ip.conditional.size = 1;
       cudaGraphNode_t ifNode;
-      CHECK(cudaGraphAddNode(&ifNode, body, &innerNode, nullptr, 1, &ip));
-      CHECK(cudaStreamBeginCaptureToGraph(s, ip.conditional.phGraph_out[0], nullptr, nullptr, 0,
+      const cudaGraph_t then =
+          addConditional(body, &ifNode, &innerNode, host.ifHandle, cudaGraphCondTypeIf);
+      CHECK(cudaStreamBeginCaptureToGraph(s, then, nullptr, nullptr, 0,
                                           cudaStreamCaptureModeThreadLocal));
       kernelB<<<kBlocks, kThreads, dyn, s>>>(st);
       CHECK(cudaStreamEndCapture(s, &captured));
@@ -234,8 +234,9 @@ int main(int argc, char** argv) {
                 wrong);
     return 1;
   }
-  std::printf("%s: ok, %d iterations\n", shape.c_str(), host.iteration);
+  // Freed before "ok" is printed: CTest judges the run by that line.
   CHECK(cudaFree(sums));
   CHECK(cudaFree(st));
+  std::printf("%s: ok, %d iterations\n", shape.c_str(), host.iteration);
   return 0;
 }

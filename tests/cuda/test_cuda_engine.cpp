@@ -225,10 +225,15 @@ class ScopedEnv {
 
 class CudaEveryMode : public ::testing::TestWithParam<Mode> {};
 
-std::string modeLabel(const ::testing::TestParamInfo<Mode>& info) {
-  std::string s(modeName(info.param));
+// A mode's name as a test name allows it ("fp16>fp32" -> "fp16_fp32").
+std::string modeSlug(Mode m) {
+  std::string s(modeName(m));
   std::replace(s.begin(), s.end(), '>', '_');
   return s;
+}
+
+std::string modeLabel(const ::testing::TestParamInfo<Mode>& info) {
+  return modeSlug(info.param);
 }
 
 // Compares both engines after 1, 2 and 3 iterations (labels, fallbacks) and, unless
@@ -741,9 +746,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaReseedsMany,
                                             ::testing::Values(Mode::Fp64, Mode::Fp32,
                                                               Mode::Fp16Fp32)),
                          [](const ::testing::TestParamInfo<std::tuple<ManyEmptyCase, Mode>>& info) {
-                           std::string m(modeName(std::get<1>(info.param)));
-                           std::replace(m.begin(), m.end(), '>', '_');
-                           return std::string(std::get<0>(info.param).what) + "_" + m;
+                           return std::string(std::get<0>(info.param).what) + "_" +
+                                  modeSlug(std::get<1>(info.param));
                          });
 
 // Rows beyond fp16's range (squared norm over 65504; the general pass, since they exceed the
