@@ -23,9 +23,12 @@
 // The kernel that completes the iteration (the update, or publishKernel with the SSE trace)
 // writes its trace entry to device memory and to pinned mapped host memory, reads the cancel
 // flag from mapped memory and sets the WHILE conditions. With KMSEG_CUDA_HOST_LOOP=1
-// (cuda_engine.h) the host launches the same kernels in the same order per iteration instead,
-// reading the stop decision back each time; the kernels of the IF branch then always run and
-// return at once when nothing was re-seeded, exactly as the skipped branch leaves the state.
+// (cuda_engine.h) the host launches the same kernels in the same order per iteration instead:
+// it reads the loop state back after the first part (the chain's assign, reduce and checkEmpty,
+// or loopFastKernel) and launches the IF branch only when a cluster is empty, as the IF node
+// does, and sseKernel and publishKernel only where the graph would have work for them (the
+// chain with the SSE trace, or an iteration whose SSE loopFastKernel left to them); then it
+// reads the stop decision back.
 // Determinism: the sums use no floating-point atomics (see each kernel's comment); integer counts
 // use integer atomics, which are exact in any order.
 
@@ -3502,6 +3505,7 @@ class Run final : public LloydRun {
     t.flopsPerIteration = double(n_) * k_ * (2.0 * d_ + 3.0);
     t.passBlocks = blocks_;
     t.passBlocksPerSm = fast_ ? perSm_ : 0;
+    t.passSlots = fast_ ? 1 << fastSlotShift_ : 0;
     t.persistentLoop = persistent_;
     t.deviceBytes = allocated_;
     t.minimalBytes = std::size_t(nd) * sizeof(WT) +
@@ -3530,8 +3534,12 @@ class Run final : public LloydRun {
 
   // One whole run on stream_: the graph, or with the host loop the same kernels in the same
   // order, one iteration at a time, reading the loop state back after each (the WHILE
-  // condition is stop || cancelled, as publish() sets it). `afterIteration` runs on this thread
-  // after each host-loop iteration.
+  // condition is stop || cancelled, as publish() sets it). Within an iteration the host reads
+  // the state after the first part too, and launches the IF branch only when it re-seeds, and
+  // the SSE and publishing kernels only when they have work: the kernels it leaves out would
+  // return at once (each checks DeviceState::reseeding or sseDue), so the result is the same,
+  // with fewer launches (one per persistent iteration) for tools such as racecheck, whose time
+  // grows with them. `afterIteration` runs on this thread after each host-loop iteration.
   template <class F>
   void launchLoop(F&& afterIteration) {
     cudaStream_t s = stream_.get();
@@ -3543,14 +3551,23 @@ class Run final : public LloydRun {
     launchBoxes(s);
     for (int it = 0; it < maxIt_; ++it) {
       launchAssignReseed(s);
-      launchSumsAgain(s);
-      launchUpdate(s);
-      DeviceState st{};
-      KMSEG_CUDA_CHECK(cudaMemcpyAsync(&st, state_.get(), sizeof st, cudaMemcpyDeviceToHost, s));
-      KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
+      DeviceState st = readState(s);
+      const bool reseed = st.reseeding != 0;
+      const bool sse = in_.params.traceSse && (!persistent_ || st.sseDue);
+      if (reseed) launchSumsAgain(s);
+      if (sse) launchUpdate(s);
+      if (reseed || sse) st = readState(s);
       afterIteration();
       if (st.stop || st.cancelled) break;
     }
+  }
+
+  // The loop state, once the work queued on `s` is done (host loop).
+  DeviceState readState(cudaStream_t s) {
+    DeviceState st{};
+    KMSEG_CUDA_CHECK(cudaMemcpyAsync(&st, state_.get(), sizeof st, cudaMemcpyDeviceToHost, s));
+    KMSEG_CUDA_CHECK(cudaStreamSynchronize(s));
+    return st;
   }
 
   // The fast pass's tile boxes (once per run, before the loop), when it prunes.
@@ -3578,7 +3595,7 @@ class Run final : public LloydRun {
 
   // The IF branch: re-seeding, the partial sums of the re-seeded labels, their reduction and
   // the update. Each kernel returns at once when no cluster was empty (or, for the sums, when
-  // nothing was re-seeded).
+  // nothing was re-seeded); the host loop launches the branch only when one was.
   void launchSumsAgain(cudaStream_t s) {
     KMSEG_LAUNCH(reseedListKernel<A>, unsigned(args_.reseedBlocks), kReseedThreads, 0, s, args_);
     KMSEG_LAUNCH(reseedPickKernel<A>, 1, kOneBlockThreads, 0, s, args_);
