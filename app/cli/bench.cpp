@@ -131,6 +131,7 @@ void runGpuBench(const BenchOptions& o, const Image& photo, const Matrix& featur
                               {"cycle_period_full_run", run.cyclePeriod},
                               {"pass_blocks", it.passBlocks},
                               {"pass_blocks_per_sm", it.passBlocksPerSm},
+                              {"pass_slots", it.passSlots},
                               {"persistent_loop", it.persistentLoop},
                               {"device_bytes", it.deviceBytes},
                               {"minimal_bytes", it.minimalBytes},

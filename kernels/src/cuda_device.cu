@@ -417,6 +417,7 @@ CudaTiming timeCudaRun(const Matrix& data, const Matrix& initialCentres, const K
   out.flopsPerIteration = t.flopsPerIteration;
   out.passBlocks = t.passBlocks;
   out.passBlocksPerSm = t.passBlocksPerSm;
+  out.passSlots = t.passSlots;
   out.persistentLoop = t.persistentLoop;
   out.deviceBytes = t.deviceBytes;
   out.minimalBytes = t.minimalBytes;

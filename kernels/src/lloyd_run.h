@@ -56,6 +56,7 @@ struct RunTiming {
   double flopsPerIteration = 0;  ///< floating-point operations per iteration (distances)
   int passBlocks = 0;            ///< the assignment pass's grid
   int passBlocksPerSm = 0;       ///< its resident blocks per SM (fast pass), else 0
+  int passSlots = 0;             ///< the fast pass's accumulator slots per warp, else 0
   bool persistentLoop = false;   ///< whether one persistent kernel ran the loop's iterations
   std::size_t deviceBytes = 0;   ///< bytes this run allocated on the device
   std::size_t minimalBytes = 0;  ///< features in W + low copy + labels

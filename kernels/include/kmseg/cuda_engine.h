@@ -75,6 +75,7 @@ struct CudaTiming {
   double flopsPerIteration = 0;  ///< flops of the expanded distances per iteration
   int passBlocks = 0;            ///< blocks of the assignment pass
   int passBlocksPerSm = 0;       ///< its resident blocks per SM (fast pass), else 0
+  int passSlots = 0;             ///< the fast pass's accumulator slots per warp, else 0
   bool persistentLoop = false;   ///< one persistent kernel ran the iterations (not a graph chain)
   std::size_t deviceBytes = 0;   ///< device memory the run allocated
   std::size_t minimalBytes = 0;  ///< features in W + low-precision copy + labels
