@@ -494,7 +494,11 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryKernelVariant) {
 // 1024 centres fit its shared memory; the generic pass in the others). The D = 5 cases run in the
 // persistent loop where it applies and in the chain, the others in the chain only (the generic
 // pass has no persistent loop): the first assignment is the CPU engine's (labels and fallback
-// count: identical centres), and three iterations are repeated bit for bit.
+// count: identical centres), and three iterations are repeated bit for bit. Each case is checked
+// to take its shape (timeCudaRun's report): 2 blocks, 1 slot, the generic pass (0 slots), the
+// chain; at K = 1024 the fast pass in fp32, fp16 and bf16 only (its shared memory,
+// fastSharedBytes: 202 752 bytes in fp32, 219 136 in fp16 and bf16, within the 232 448 that a
+// block may opt in to on an H100 or H200; 251 904 to 382 976 in the other modes).
 TEST_P(CudaEveryMode, SmallRunsOfEveryLaunchShape) {
   KMSEG_REQUIRE_GPU();
   auto cpu = makeCpuEngine(0);
@@ -550,6 +554,17 @@ TEST_P(CudaEveryMode, SmallRunsOfEveryLaunchShape) {
       EXPECT_EQ(a.fallbacks, b.fallbacks);
       p.maxIterations = 3;
       expectSameRun(gpu->run(c.data, c.init, p), gpu->run(c.data, c.init, p));
+      const CudaTiming t = timeCudaRun(c.data, c.init, p, 1);
+      if (chain) EXPECT_FALSE(t.persistentLoop);
+      const std::string what = c.what;
+      if (what == "several tile rounds per warp") EXPECT_EQ(t.passBlocks, 2);
+      if (what == "one slot per warp") EXPECT_EQ(t.passSlots, 1);
+      if (c.data.cols != 5) EXPECT_EQ(t.passSlots, 0) << "the generic pass";
+      if (what == "K = 1024") {
+        const Mode m = GetParam();
+        const bool fast = m == Mode::Fp32 || m == Mode::Fp16 || m == Mode::Bf16;
+        EXPECT_EQ(t.passSlots > 0, fast);
+      }
     }
   }
 }
