@@ -39,4 +39,36 @@ inline RepeatOracle repeatByPlainRuns(KMeansEngine& engine, const Matrix& data, 
   return {};
 }
 
+/// repeatByPlainRuns' answer from chained one-iteration runs, `limit` iterations of work in place
+/// of about limit² / 2 (which matters under a slow tool such as racecheck): step t starts from the
+/// centres step t - 1 left and gives those after iteration t, since an iteration's centres depend
+/// on nothing but the centres it starts from (the assignment, the re-seeding and the update read
+/// no other state of the run). The chain goes on to the stop, whose centres it gives (`atStop`),
+/// so that the caller can check it against a whole run capped there; that run reaching its cap
+/// also shows that no other rule stops the run first, which the chain cannot tell.
+struct StepOracle : RepeatOracle {
+  Matrix atStop;
+};
+
+inline StepOracle repeatBySteps(KMeansEngine& engine, const Matrix& data, const Matrix& init,
+                                KMeansParams p, int limit) {
+  p.detectRepeats = false;
+  p.maxIterations = 1;
+  StepOracle o;
+  std::vector<Matrix> centres;  // centres[t - 1]: after iteration t
+  for (int t = 1; t <= (o.stop > 0 ? o.stop : limit); ++t) {
+    centres.push_back(engine.run(data, centres.empty() ? init : centres.back(), p).centroids);
+    for (int s = t - 2; o.stop == 0 && s >= 1 && s >= t - kRepeatWindow; --s) {
+      const Matrix& a = centres[std::size_t(s - 1)];
+      const Matrix& b = centres.back();
+      if (std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)) == 0) {
+        o.stop = t + (t - s);
+        o.period = t - s;
+      }
+    }
+    if (o.stop > 0 && t == o.stop) o.atStop = centres.back();
+  }
+  return o;
+}
+
 }  // namespace kmseg::test

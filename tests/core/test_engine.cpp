@@ -343,6 +343,8 @@ TEST(Lloyd, StopTestOrder) {
 // The repeat rule (KMeansParams::detectRepeats) stops a run that cycles where plain runs show its
 // centres recurring, with their period, and gives the plain rules' run capped at that
 // iteration; without it the run goes on to the cap. Uniform fp16 on blobs, K = 8: a 3-cycle.
+// The chained one-iteration runs (repeatBySteps, the GPU test's oracle) give the same answer as
+// the capped runs, and the capped run's centres.
 TEST(Lloyd, RepeatRuleStopsWhereTheCentresRecur) {
   const Matrix x = test::blobs(3000, 5, 6, 0.15, 2);
   const Matrix init = gatherRows(x, chooseInitialCentres(x, 8, Init::RandomPoints, 2));
@@ -366,6 +368,10 @@ TEST(Lloyd, RepeatRuleStopsWhereTheCentresRecur) {
   EXPECT_EQ(capped.centroids.values, r.centroids.values);
   EXPECT_EQ(capped.fallbacks, r.fallbacks);
   EXPECT_EQ(capped.cyclePeriod, 0);
+  const test::StepOracle steps = test::repeatBySteps(*engine, x, init, p, r.iterations);
+  EXPECT_EQ(steps.stop, o.stop);
+  EXPECT_EQ(steps.period, o.period);
+  EXPECT_EQ(steps.atStop.values, capped.centroids.values);
   p.maxIterations = 300;
   const KMeansResult plain = engine->run(x, init, p);
   EXPECT_EQ(plain.stop, StopReason::MaxIterations);

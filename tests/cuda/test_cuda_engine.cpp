@@ -861,8 +861,9 @@ TEST(CudaEngine, CentreShiftIsTheSharedRulesBitForBit) {
 }
 
 // The repeat rule (KMeansParams::detectRepeats) on the device: a run that cycles stops where
-// plain runs of the same engine show its centres recurring, with their period, and its results
-// are the plain run's capped there, bit for bit. The tiled pass on coffee.png (uniform fp16,
+// chained one-iteration runs of the same engine show its centres recurring, with their period
+// (repeatBySteps: the CPU test checks it against capped runs; here the chain's centres at the
+// stop are the capped run's), and its results are the plain run's capped there, bit for bit. The tiled pass on coffee.png (uniform fp16,
 // K = 8: a 4-cycle on the CPU) and the generic pass on 3-D blobs, whose runs cycle on the CPU
 // (fp16 seeds 5, 9 and 12; bf16 seed 3); the device's sums differ in order only, so its
 // trajectories may differ: at least one blob run must cycle there too. A run that ends by
@@ -908,12 +909,14 @@ TEST(CudaEngine, RepeatRuleStopsWhereTheCentresRecur) {
       continue;
     }
     blobCycles += c.width == 0;
-    const test::RepeatOracle o = test::repeatByPlainRuns(*gpu, c.x, init, p, r.iterations);
+    const test::StepOracle o = test::repeatBySteps(*gpu, c.x, init, p, r.iterations);
     EXPECT_EQ(r.iterations, o.stop);
     EXPECT_EQ(r.cyclePeriod, o.period);
     EXPECT_GE(r.cyclePeriod, 3);
     plainParams.maxIterations = r.iterations;
     const KMeansResult capped = gpu->run(c.x, init, plainParams);
+    EXPECT_EQ(capped.stop, StopReason::MaxIterations) << "no other rule stops it first";
+    EXPECT_EQ(capped.centroids.values, o.atStop.values) << "the chain of one-iteration runs";
     EXPECT_EQ(capped.labels, r.labels);
     EXPECT_EQ(capped.centroids.values, r.centroids.values);
     EXPECT_EQ(capped.fallbacks, r.fallbacks);
