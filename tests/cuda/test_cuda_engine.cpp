@@ -863,11 +863,11 @@ TEST(CudaEngine, CentreShiftIsTheSharedRulesBitForBit) {
 // The repeat rule (KMeansParams::detectRepeats) on the device: a run that cycles stops where
 // chained one-iteration runs of the same engine show its centres recurring, with their period
 // (repeatBySteps: the CPU test checks it against capped runs; here the chain's centres at the
-// stop are the capped run's), and its results are the plain run's capped there, bit for bit. The tiled pass on coffee.png (uniform fp16,
-// K = 8: a 4-cycle on the CPU) and the generic pass on 3-D blobs, whose runs cycle on the CPU
-// (fp16 seeds 5, 9 and 12; bf16 seed 3); the device's sums differ in order only, so its
-// trajectories may differ: at least one blob run must cycle there too. A run that ends by
-// another rule is the same with the rule on.
+// stop are the capped run's), and its results are the plain run's capped there, bit for bit. The
+// tiled pass on coffee.png (uniform fp16, K = 8: a 4-cycle on the CPU) and the generic pass on 3-D
+// blobs, whose runs cycle on the CPU (fp16 seeds 5, 9 and 12; bf16 seed 3); the device's sums
+// differ in order only, so its trajectories may differ: at least one blob run must cycle there too.
+// A run that ends by another rule is the same with the rule on.
 TEST(CudaEngine, RepeatRuleStopsWhereTheCentresRecur) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();
