@@ -2978,7 +2978,7 @@ __device__ void update(const A& a, unsigned char* smem) {
 }
 
 /// update() as a kernel, for the iterations with an empty cluster (it returns at once when
-/// checkEmptyKernel ran the update, so the host loop may launch it unconditionally). One block.
+/// checkEmptyKernel ran the update). One block.
 template <class A>
 __global__ void __launch_bounds__(kOneBlockThreads) updateKernel(A a) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.sums)>>;
