@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string>
@@ -925,32 +926,44 @@ TEST(CudaEngine, RepeatRuleStopsWhereTheCentresRecur) {
 }
 
 // `kmseg bench gpu` prints why each full run stopped: timeCudaRun reports the stop reason and
-// cycle period of the runs it times, those of an engine run with the same parameters.
-TEST(CudaEngine, TimedRunsSayWhyTheyStopped) {
-  KMSEG_REQUIRE_GPU();
+// cycle period of the runs it times, those of an engine run with the same parameters. Returns
+// how many of the timed runs (without the repeat rule, then with it) stopped by that rule.
+int expectTimedRunsSayWhy(Mode mode) {
   auto gpu = makeCudaEngine();
   const Photo coffee = photo("samples/coffee.png");
   const Matrix init =
       gatherRows(coffee.features, chooseInitialCentres(coffee.features, 8, Init::RandomPoints, 1));
   int repeatStops = 0;
-  for (Mode mode : {Mode::Fp32, Mode::Fp16})
-    for (bool repeatStop : {false, true}) {
-      SCOPED_TRACE(std::string(modeName(mode)) + (repeatStop ? ", repeat stop" : ""));
-      KMeansParams p;
-      p.k = 8;
-      p.mode = mode;
-      p.tolerance = mode == Mode::Fp16 ? 0.0 : 1e-8;
-      p.imageWidth = coffee.width;
-      p.detectRepeats = repeatStop;
-      const KMeansResult r = gpu->run(coffee.features, init, p);
-      const CudaTiming t = timeCudaRun(coffee.features, init, p, 2);
-      EXPECT_EQ(t.iterations, r.iterations);
-      EXPECT_EQ(t.stopReason, r.stop);
-      EXPECT_EQ(t.cyclePeriod, r.cyclePeriod);
-      EXPECT_GT(t.msFullRun, 0.0);
-      repeatStops += t.stopReason == StopReason::Repeat;
-    }
-  EXPECT_EQ(repeatStops, 1) << "coffee.png in fp16 at K = 8 ends as a 4-cycle with the rule on";
+  for (bool repeatStop : {false, true}) {
+    SCOPED_TRACE(std::string(modeName(mode)) + (repeatStop ? ", repeat stop" : ""));
+    KMeansParams p;
+    p.k = 8;
+    p.mode = mode;
+    p.tolerance = mode == Mode::Fp16 ? 0.0 : 1e-8;
+    p.imageWidth = coffee.width;
+    p.detectRepeats = repeatStop;
+    const KMeansResult r = gpu->run(coffee.features, init, p);
+    const CudaTiming t = timeCudaRun(coffee.features, init, p, 1);
+    EXPECT_EQ(t.iterations, r.iterations);
+    EXPECT_EQ(t.stopReason, r.stop);
+    EXPECT_EQ(t.cyclePeriod, r.cyclePeriod);
+    EXPECT_GT(t.msFullRun, 0.0);
+    repeatStops += t.stopReason == StopReason::Repeat;
+  }
+  return repeatStops;
+}
+
+// One test per mode, so that each fits a slow sanitizer's time limit (racecheck of both in one
+// test ran past 570 s: uniform fp16 runs to the 300-iteration cap without the rule).
+TEST(CudaEngine, TimedRunsSayWhyTheyStoppedInFp32) {
+  KMSEG_REQUIRE_GPU();
+  EXPECT_EQ(expectTimedRunsSayWhy(Mode::Fp32), 0) << "coffee.png in fp32 at K = 8 does not cycle";
+}
+
+TEST(CudaEngine, TimedRunsSayWhyTheyStoppedInFp16) {
+  KMSEG_REQUIRE_GPU();
+  EXPECT_EQ(expectTimedRunsSayWhy(Mode::Fp16), 1)
+      << "coffee.png in fp16 at K = 8 ends as a 4-cycle with the rule on";
 }
 
 TEST(CudaEngine, HostLoopIsBitIdenticalToTheGraphLoop) {
@@ -1205,16 +1218,18 @@ TEST(CudaEngine, ReportsProgressAndCancelsWithinOneIteration) {
 // Rows go to the device and labels come back through two pinned buffers of 16 MB (staging):
 // data of several buffers' size in both directions, uint8 and uint16 labels, whose every label
 // is known. Row i is (i mod K) * 10 + a small offset, the initial centres are rows 0 .. K - 1,
-// so row i's label is i mod K from the first assignment on.
-void expectLabelsThroughStaging(std::size_t n, int k) {
+// so row i's label is i mod K from the first assignment on, and centre j after the first update
+// is 10 j + the offsets' mean.
+void expectLabelsThroughStaging(std::size_t n, int k, std::initializer_list<Mode> modes,
+                                int iterations) {
   auto gpu = makeCudaEngine();
   Matrix data(n, 1);
   for (std::size_t i = 0; i < n; ++i)
     data.values[i] = double(i % std::size_t(k)) * 10.0 + double(i % 7) * 1e-3;
   Matrix init(std::size_t(k), 1);
   for (int j = 0; j < k; ++j) init.values[std::size_t(j)] = data.values[std::size_t(j)];
-  for (Mode mode : {Mode::Fp32, Mode::Fp64}) {
-    const KMeansResult r = gpu->run(data, init, paramsFor(mode, k, 2), {});
+  for (Mode mode : modes) {
+    const KMeansResult r = gpu->run(data, init, paramsFor(mode, k, iterations), {});
     ASSERT_EQ(r.labels.size(), n);
     std::size_t wrong = 0, first = n;
     for (std::size_t i = 0; i < n; ++i)
@@ -1229,13 +1244,20 @@ void expectLabelsThroughStaging(std::size_t n, int k) {
 // 17 M uint8 labels (two buffers); the rows are 136 MB of doubles.
 TEST(CudaEngine, CopiesDataAndUint8LabelsThroughSeveralStagingBuffers) {
   KMSEG_REQUIRE_GPU();
-  expectLabelsThroughStaging(17'000'000, 3);
+  expectLabelsThroughStaging(17'000'000, 3, {Mode::Fp32, Mode::Fp64}, 2);
 }
 
-// 8.5 M uint16 labels (two buffers); the rows are 68 MB of doubles.
-TEST(CudaEngine, CopiesDataAndUint16LabelsThroughSeveralStagingBuffers) {
+// 8.5 M uint16 labels (two buffers); the rows are 68 MB of doubles. 2.2 G pairs per iteration
+// (K = 257): one iteration, and one test per working precision, so that each fits a slow
+// sanitizer's time limit (racecheck of both in one test, two iterations each, ran past 570 s).
+TEST(CudaEngine, CopiesDataAndUint16LabelsThroughSeveralStagingBuffersInFp32) {
   KMSEG_REQUIRE_GPU();
-  expectLabelsThroughStaging(8'500'000, 257);
+  expectLabelsThroughStaging(8'500'000, 257, {Mode::Fp32}, 1);
+}
+
+TEST(CudaEngine, CopiesDataAndUint16LabelsThroughSeveralStagingBuffersInFp64) {
+  KMSEG_REQUIRE_GPU();
+  expectLabelsThroughStaging(8'500'000, 257, {Mode::Fp64}, 1);
 }
 
 // Data the engine keeps (KeptData: checked once, or not at all when the caller gives its largest
