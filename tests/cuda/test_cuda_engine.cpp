@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -600,14 +601,37 @@ std::int64_t lateEmptyEvents(const KMeansResult& r) {
 
 // The fast pass's centre pruning (useBounds, on by default) must give the full scan's run bit for
 // bit: labels, centroids, iterations, stop reason, and per iteration the changed labels and the
-// fallback counts (pruned centres must be ones that provably neither win nor fall back). Cases:
-// photos at K = 32 and 64 (up to 2.1 megapixels), runs of one label at K = 9 and K = 300 (several
-// candidate words, 16-bit labels), negative features, near points around 20 (most pairs fall back),
-// re-seeding, and settled tiles that re-seeding disturbs; in W fp32 and fp64.
-TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
-  KMSEG_REQUIRE_GPU();
-  const Mode mode = GetParam();
+// fallback counts (pruned centres must be ones that provably neither win nor fall back); in W
+// fp32 and fp64. Returns the re-seeding events after iteration 2 of the full scans of the cases
+// named "settled tiles", per W (Auto, Fp64).
+std::array<std::int64_t, 2> expectPruningGivesTheFullScan(const std::vector<DataCase>& cases,
+                                                          Mode mode) {
   auto gpu = makeCudaEngine();
+  std::array<std::int64_t, 2> lateEmpty{0, 0};
+  for (const DataCase& c : cases) {
+    for (Working w : {Working::Auto, Working::Fp64}) {
+      SCOPED_TRACE(std::string(c.what) + ", K = " + std::to_string(c.k) + ", W " +
+                   std::string(workingName(w)));
+      KMeansParams p = paramsFor(mode, c.k, 40);
+      p.working = w;
+      p.imageWidth = c.width;
+      p.useBounds = false;
+      const KMeansResult full = gpu->run(c.data, c.init, p);
+      p.useBounds = true;
+      const KMeansResult pruned = gpu->run(c.data, c.init, p);
+      expectSameRun(full, pruned);
+      if (std::string(c.what) == "re-seeding") EXPECT_GT(full.emptyClusterEvents, 0);
+      if (std::string(c.what) == "settled tiles")
+        lateEmpty[w == Working::Fp64] += lateEmptyEvents(full);
+    }
+  }
+  return lateEmpty;
+}
+
+// Photos at K = 32 and 64, up to 2.1 megapixels (one test per mode, and the photos apart from
+// the synthetic cases below, so that the smaller tests fit a slow sanitizer's time limit).
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnPhotos) {
+  KMSEG_REQUIRE_GPU();
   std::vector<DataCase> cases;
   const Photo coffee = photo("samples/coffee.png");
   const Matrix& cf = coffee.features;
@@ -627,6 +651,16 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
   cases.push_back({"citrus in tiles", tf,
                    gatherRows(tf, chooseInitialCentres(tf, 64, Init::RandomPoints, 5)), 64,
                    citrus.width});
+  expectPruningGivesTheFullScan(cases, GetParam());
+}
+
+// Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels), negative
+// features, near points around 20 (most pairs fall back), subnormal distances, re-seeding, and
+// settled tiles that re-seeding disturbs.
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnSyntheticData) {
+  KMSEG_REQUIRE_GPU();
+  const Mode mode = GetParam();
+  std::vector<DataCase> cases;
   const Matrix runs = blobs(20000, 5, 9, 0.03, 7, 64);
   for (int k : {9, 300})
     cases.push_back(
@@ -653,24 +687,7 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBit) {
     cases.push_back({"settled tiles", x,
                      gatherRows(x, chooseInitialCentres(x, 16, Init::RandomPoints, seed)), 16, 64});
   }
-  std::int64_t lateEmpty[2] = {0, 0};  // per W, over the settled-tiles cases
-  for (const DataCase& c : cases) {
-    for (Working w : {Working::Auto, Working::Fp64}) {
-      SCOPED_TRACE(std::string(c.what) + ", K = " + std::to_string(c.k) + ", W " +
-                   std::string(workingName(w)));
-      KMeansParams p = paramsFor(mode, c.k, 40);
-      p.working = w;
-      p.imageWidth = c.width;
-      p.useBounds = false;
-      const KMeansResult full = gpu->run(c.data, c.init, p);
-      p.useBounds = true;
-      const KMeansResult pruned = gpu->run(c.data, c.init, p);
-      expectSameRun(full, pruned);
-      if (std::string(c.what) == "re-seeding") EXPECT_GT(full.emptyClusterEvents, 0);
-      if (std::string(c.what) == "settled tiles")
-        lateEmpty[w == Working::Fp64] += lateEmptyEvents(full);
-    }
-  }
+  const std::array<std::int64_t, 2> lateEmpty = expectPruningGivesTheFullScan(cases, mode);
   std::printf(
       "[ settled  ] %s: re-seeding events after iteration 2: %lld (W auto), %lld (W fp64)\n",
       std::string(modeName(mode)).c_str(), (long long)lateEmpty[0], (long long)lateEmpty[1]);
