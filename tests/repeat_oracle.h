@@ -19,6 +19,20 @@ struct RepeatOracle {
   int stop = 0, period = 0;
 };
 
+/// The oracle's answer once the centres after iterations 1 .. t are known (centres[t - 1] the
+/// latest): where the rule stops when the latest centres recur, else stop = 0.
+inline RepeatOracle recurrence(const std::vector<Matrix>& centres) {
+  const int t = int(centres.size());
+  const Matrix& b = centres.back();
+  for (int s = t - 2; s >= 1 && s >= t - kRepeatWindow; --s) {
+    const Matrix& a = centres[std::size_t(s - 1)];
+    // The centroids are W values widened to double: equal bits in W, equal doubles.
+    if (std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)) == 0)
+      return {t + (t - s), t - s};
+  }
+  return {};
+}
+
 inline RepeatOracle repeatByPlainRuns(KMeansEngine& engine, const Matrix& data, const Matrix& init,
                                       KMeansParams p, int limit) {
   p.detectRepeats = false;
@@ -28,13 +42,7 @@ inline RepeatOracle repeatByPlainRuns(KMeansEngine& engine, const Matrix& data, 
     const KMeansResult r = engine.run(data, init, p);
     if (r.stop != StopReason::MaxIterations) return {};
     centres.push_back(r.centroids);
-    for (int s = t - 2; s >= 1 && s >= t - kRepeatWindow; --s) {
-      const Matrix& a = centres[std::size_t(s - 1)];
-      const Matrix& b = centres.back();
-      // The centroids are W values widened to double: equal bits in W, equal doubles.
-      if (std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)) == 0)
-        return {t + (t - s), t - s};
-    }
+    if (const RepeatOracle o = recurrence(centres); o.stop > 0) return o;
   }
   return {};
 }
@@ -58,13 +66,10 @@ inline StepOracle repeatBySteps(KMeansEngine& engine, const Matrix& data, const 
   std::vector<Matrix> centres;  // centres[t - 1]: after iteration t
   for (int t = 1; t <= (o.stop > 0 ? o.stop : limit); ++t) {
     centres.push_back(engine.run(data, centres.empty() ? init : centres.back(), p).centroids);
-    for (int s = t - 2; o.stop == 0 && s >= 1 && s >= t - kRepeatWindow; --s) {
-      const Matrix& a = centres[std::size_t(s - 1)];
-      const Matrix& b = centres.back();
-      if (std::memcmp(a.values.data(), b.values.data(), a.values.size() * sizeof(double)) == 0) {
-        o.stop = t + (t - s);
-        o.period = t - s;
-      }
+    if (o.stop == 0) {
+      const RepeatOracle r = recurrence(centres);
+      o.stop = r.stop;
+      o.period = r.period;
     }
     if (o.stop > 0 && t == o.stop) o.atStop = centres.back();
   }
