@@ -628,30 +628,37 @@ std::array<std::int64_t, 2> expectPruningGivesTheFullScan(const std::vector<Data
   return lateEmpty;
 }
 
-// Photos at K = 32 and 64, up to 2.1 megapixels (one test per mode, and the photos apart from
-// the synthetic cases below, so that the smaller tests fit a slow sanitizer's time limit).
-TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnPhotos) {
+// Photos at K = 32 and 64, up to 2.1 megapixels: one test per photo and mode, and the photos
+// apart from the synthetic cases below, so that the smaller tests fit a slow sanitizer's time
+// limit.
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCoffee) {
   KMSEG_REQUIRE_GPU();
-  std::vector<DataCase> cases;
   const Photo coffee = photo("samples/coffee.png");
   const Matrix& cf = coffee.features;
-  cases.push_back(
-      {"coffee", cf, gatherRows(cf, chooseInitialCentres(cf, 32, Init::RandomPoints, 4)), 32});
-  cases.push_back({"coffee in tiles", cf,
-                   gatherRows(cf, chooseInitialCentres(cf, 32, Init::RandomPoints, 4)), 32,
-                   coffee.width});
-  // Larger photos (2.1 and 1.2 megapixels), the second with two candidate words per tile.
-  const Photo bee = photo("samples/european-honey-bee.jpg");
+  const Matrix init = gatherRows(cf, chooseInitialCentres(cf, 32, Init::RandomPoints, 4));
+  expectPruningGivesTheFullScan(
+      {{"coffee", cf, init, 32}, {"coffee in tiles", cf, init, 32, coffee.width}}, GetParam());
+}
+
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnBee) {
+  KMSEG_REQUIRE_GPU();
+  const Photo bee = photo("samples/european-honey-bee.jpg");  // 2.1 megapixels
   const Matrix& bf = bee.features;
-  cases.push_back({"bee in tiles", bf,
-                   gatherRows(bf, chooseInitialCentres(bf, 32, Init::RandomPoints, 1)), 32,
-                   bee.width});
+  expectPruningGivesTheFullScan(
+      {{"bee in tiles", bf, gatherRows(bf, chooseInitialCentres(bf, 32, Init::RandomPoints, 1)), 32,
+        bee.width}},
+      GetParam());
+}
+
+// 1.2 megapixels at K = 64: two candidate words per tile.
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCitrus) {
+  KMSEG_REQUIRE_GPU();
   const Photo citrus = photo("samples/citrus-fruits.jpg");
   const Matrix& tf = citrus.features;
-  cases.push_back({"citrus in tiles", tf,
-                   gatherRows(tf, chooseInitialCentres(tf, 64, Init::RandomPoints, 5)), 64,
-                   citrus.width});
-  expectPruningGivesTheFullScan(cases, GetParam());
+  expectPruningGivesTheFullScan(
+      {{"citrus in tiles", tf, gatherRows(tf, chooseInitialCentres(tf, 64, Init::RandomPoints, 5)),
+        64, citrus.width}},
+      GetParam());
 }
 
 // Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels), negative
