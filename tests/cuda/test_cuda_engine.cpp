@@ -661,17 +661,24 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCitrus) {
       GetParam());
 }
 
-// Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels), negative
-// features, near points around 20 (most pairs fall back), subnormal distances, re-seeding, and
-// settled tiles that re-seeding disturbs.
-TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnSyntheticData) {
+// Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels); apart from
+// the other synthetic cases, so that each test fits a slow sanitizer's time limit.
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnRunsOfOneLabel) {
   KMSEG_REQUIRE_GPU();
-  const Mode mode = GetParam();
   std::vector<DataCase> cases;
   const Matrix runs = blobs(20000, 5, 9, 0.03, 7, 64);
   for (int k : {9, 300})
     cases.push_back(
         {"runs", runs, gatherRows(runs, chooseInitialCentres(runs, k, Init::RandomPoints, 2)), k});
+  expectPruningGivesTheFullScan(cases, GetParam());
+}
+
+// Negative features, near points around 20 (most pairs fall back), subnormal distances,
+// re-seeding, and settled tiles that re-seeding disturbs.
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnSyntheticData) {
+  KMSEG_REQUIRE_GPU();
+  const Mode mode = GetParam();
+  std::vector<DataCase> cases;
   Matrix negative = blobs(6000, 5, 6, 0.05, 11, 48);
   for (double& v : negative.values) v -= 0.6;
   cases.push_back({"negative", negative,
