@@ -662,7 +662,7 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCitrus) {
 }
 
 // Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels); apart from
-// the other synthetic cases, so that each test fits a slow sanitizer's time limit.
+// the other synthetic cases, so that each test may fit a slow sanitizer's time limit.
 TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnRunsOfOneLabel) {
   KMSEG_REQUIRE_GPU();
   std::vector<DataCase> cases;
