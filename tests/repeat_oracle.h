@@ -66,11 +66,7 @@ inline StepOracle repeatBySteps(KMeansEngine& engine, const Matrix& data, const 
   std::vector<Matrix> centres;  // centres[t - 1]: after iteration t
   for (int t = 1; t <= (o.stop > 0 ? o.stop : limit); ++t) {
     centres.push_back(engine.run(data, centres.empty() ? init : centres.back(), p).centroids);
-    if (o.stop == 0) {
-      const RepeatOracle r = recurrence(centres);
-      o.stop = r.stop;
-      o.period = r.period;
-    }
+    if (o.stop == 0) static_cast<RepeatOracle&>(o) = recurrence(centres);
     if (o.stop > 0 && t == o.stop) o.atStop = centres.back();
   }
   return o;
