@@ -661,16 +661,24 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCitrus) {
       GetParam());
 }
 
-// Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels); apart from
-// the other synthetic cases, so that each test may fit a slow sanitizer's time limit.
-TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnRunsOfOneLabel) {
-  KMSEG_REQUIRE_GPU();
-  std::vector<DataCase> cases;
+// Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels): one test per
+// K, apart from the other synthetic cases, so that each test may fit a slow sanitizer's time
+// limit.
+void expectPruningGivesTheFullScanOnRunsOfOneLabel(int k, Mode mode) {
   const Matrix runs = blobs(20000, 5, 9, 0.03, 7, 64);
-  for (int k : {9, 300})
-    cases.push_back(
-        {"runs", runs, gatherRows(runs, chooseInitialCentres(runs, k, Init::RandomPoints, 2)), k});
-  expectPruningGivesTheFullScan(cases, GetParam());
+  expectPruningGivesTheFullScan(
+      {{"runs", runs, gatherRows(runs, chooseInitialCentres(runs, k, Init::RandomPoints, 2)), k}},
+      mode);
+}
+
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnRunsOfOneLabelAtK9) {
+  KMSEG_REQUIRE_GPU();
+  expectPruningGivesTheFullScanOnRunsOfOneLabel(9, GetParam());
+}
+
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnRunsOfOneLabelAtK300) {
+  KMSEG_REQUIRE_GPU();
+  expectPruningGivesTheFullScanOnRunsOfOneLabel(300, GetParam());
 }
 
 // Negative features, near points around 20 (most pairs fall back), subnormal distances,
