@@ -599,17 +599,26 @@ std::int64_t lateEmptyEvents(const KMeansResult& r) {
   return n;
 }
 
+// One W for each working precision a run of `mode` can take: auto alone in mode fp64 (which works
+// in fp64 whatever W asks), auto (fp32) and fp64 in the others.
+std::vector<Working> workingsOf(Mode mode) {
+  if (mode == Mode::Fp64) return {Working::Auto};
+  return {Working::Auto, Working::Fp64};
+}
+
 // The fast pass's centre pruning (useBounds, on by default) must give the full scan's run bit for
 // bit: labels, centroids, iterations, stop reason, and per iteration the changed labels and the
-// fallback counts (pruned centres must be ones that provably neither win nor fall back); in W
-// fp32 and fp64. Returns the re-seeding events after iteration 2 of the full scans of the cases
-// named "settled tiles", per W (Auto, Fp64).
+// fallback counts (pruned centres must be ones that provably neither win nor fall back); in each
+// of `workings` (by default every working precision the mode can take). Returns the re-seeding
+// events after iteration 2 of the full scans of the cases named "settled tiles", per working
+// precision (fp32, fp64).
 std::array<std::int64_t, 2> expectPruningGivesTheFullScan(const std::vector<DataCase>& cases,
-                                                          Mode mode) {
+                                                          Mode mode,
+                                                          const std::vector<Working>& workings) {
   auto gpu = makeCudaEngine();
   std::array<std::int64_t, 2> lateEmpty{0, 0};
   for (const DataCase& c : cases) {
-    for (Working w : {Working::Auto, Working::Fp64}) {
+    for (Working w : workings) {
       SCOPED_TRACE(std::string(c.what) + ", K = " + std::to_string(c.k) + ", W " +
                    std::string(workingName(w)));
       KMeansParams p = paramsFor(mode, c.k, 40);
@@ -622,10 +631,15 @@ std::array<std::int64_t, 2> expectPruningGivesTheFullScan(const std::vector<Data
       expectSameRun(full, pruned);
       if (std::string(c.what) == "re-seeding") EXPECT_GT(full.emptyClusterEvents, 0);
       if (std::string(c.what) == "settled tiles")
-        lateEmpty[w == Working::Fp64] += lateEmptyEvents(full);
+        lateEmpty[resolveWorking(mode, w) == Precision::Fp64] += lateEmptyEvents(full);
     }
   }
   return lateEmpty;
+}
+
+std::array<std::int64_t, 2> expectPruningGivesTheFullScan(const std::vector<DataCase>& cases,
+                                                          Mode mode) {
+  return expectPruningGivesTheFullScan(cases, mode, workingsOf(mode));
 }
 
 // Photos at K = 32 and 64, up to 2.1 megapixels: one test per photo and mode, and the photos
@@ -640,25 +654,36 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCoffee) {
       {{"coffee", cf, init, 32}, {"coffee in tiles", cf, init, 32, coffee.width}}, GetParam());
 }
 
-TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnBee) {
-  KMSEG_REQUIRE_GPU();
+// The two larger photos: one test per mode and working precision, so that each may fit a slow
+// sanitizer's time limit; W = auto here (fp32, fp64 in mode fp64), W = fp64 in the other modes
+// below.
+void expectPruningGivesTheFullScanOnBee(Mode mode, Working w) {
   const Photo bee = photo("samples/european-honey-bee.jpg");  // 2.1 megapixels
   const Matrix& bf = bee.features;
   expectPruningGivesTheFullScan(
       {{"bee in tiles", bf, gatherRows(bf, chooseInitialCentres(bf, 32, Init::RandomPoints, 1)), 32,
         bee.width}},
-      GetParam());
+      mode, {w});
 }
 
 // 1.2 megapixels at K = 64: two candidate words per tile.
-TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCitrus) {
-  KMSEG_REQUIRE_GPU();
+void expectPruningGivesTheFullScanOnCitrus(Mode mode, Working w) {
   const Photo citrus = photo("samples/citrus-fruits.jpg");
   const Matrix& tf = citrus.features;
   expectPruningGivesTheFullScan(
       {{"citrus in tiles", tf, gatherRows(tf, chooseInitialCentres(tf, 64, Init::RandomPoints, 5)),
         64, citrus.width}},
-      GetParam());
+      mode, {w});
+}
+
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnBee) {
+  KMSEG_REQUIRE_GPU();
+  expectPruningGivesTheFullScanOnBee(GetParam(), Working::Auto);
+}
+
+TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCitrus) {
+  KMSEG_REQUIRE_GPU();
+  expectPruningGivesTheFullScanOnCitrus(GetParam(), Working::Auto);
 }
 
 // Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels): one test per
@@ -710,9 +735,13 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnSyntheticData) {
                      gatherRows(x, chooseInitialCentres(x, 16, Init::RandomPoints, seed)), 16, 64});
   }
   const std::array<std::int64_t, 2> lateEmpty = expectPruningGivesTheFullScan(cases, mode);
-  std::printf(
-      "[ settled  ] %s: re-seeding events after iteration 2: %lld (W auto), %lld (W fp64)\n",
-      std::string(modeName(mode)).c_str(), (long long)lateEmpty[0], (long long)lateEmpty[1]);
+  if (mode == Mode::Fp64)
+    std::printf("[ settled  ] fp64: re-seeding events after iteration 2: %lld (W fp64)\n",
+                (long long)lateEmpty[1]);
+  else
+    std::printf(
+        "[ settled  ] %s: re-seeding events after iteration 2: %lld (W fp32), %lld (W fp64)\n",
+        std::string(modeName(mode)).c_str(), (long long)lateEmpty[0], (long long)lateEmpty[1]);
   if (mode == Mode::Fp32 || mode == Mode::Fp16 || mode == Mode::Bf16) {
     EXPECT_GT(lateEmpty[0], 0);
     EXPECT_GT(lateEmpty[1], 0);
@@ -720,6 +749,32 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnSyntheticData) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, CudaEveryMode, ::testing::ValuesIn(kAllModes), modeLabel);
+
+// The modes that can work in fp32 or fp64 (every mode but fp64), for the tests of W = fp64 that
+// are apart from their W = auto twins.
+class CudaEveryModeButFp64 : public ::testing::TestWithParam<Mode> {};
+
+std::vector<Mode> modesButFp64() {
+  std::vector<Mode> modes;
+  for (Mode m : kAllModes)
+    if (m != Mode::Fp64) modes.push_back(m);
+  return modes;
+}
+
+TEST_P(CudaEveryModeButFp64, PruningGivesTheFullScanBitForBitOnBeeInFp64) {
+  KMSEG_REQUIRE_GPU();
+  ASSERT_EQ(resolveWorking(GetParam(), Working::Auto), Precision::Fp32);
+  expectPruningGivesTheFullScanOnBee(GetParam(), Working::Fp64);
+}
+
+TEST_P(CudaEveryModeButFp64, PruningGivesTheFullScanBitForBitOnCitrusInFp64) {
+  KMSEG_REQUIRE_GPU();
+  ASSERT_EQ(resolveWorking(GetParam(), Working::Auto), Precision::Fp32);
+  expectPruningGivesTheFullScanOnCitrus(GetParam(), Working::Fp64);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllButFp64, CudaEveryModeButFp64, ::testing::ValuesIn(modesButFp64()),
+                         modeLabel);
 
 TEST(CudaEngine, ReseedsEmptyClustersAsTheCpu) {
   KMSEG_REQUIRE_GPU();
