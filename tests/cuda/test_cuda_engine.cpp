@@ -657,33 +657,33 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCoffee) {
 // The two larger photos: one test per mode and working precision, so that each may fit a slow
 // sanitizer's time limit; W = auto here (fp32, fp64 in mode fp64), W = fp64 in the other modes
 // below.
-void expectPruningGivesTheFullScanOnBee(Mode mode, Working w) {
-  const Photo bee = photo("samples/european-honey-bee.jpg");  // 2.1 megapixels
-  const Matrix& bf = bee.features;
-  expectPruningGivesTheFullScan(
-      {{"bee in tiles", bf, gatherRows(bf, chooseInitialCentres(bf, 32, Init::RandomPoints, 1)), 32,
-        bee.width}},
-      mode, {w});
-}
-
+struct PhotoCase {
+  const char* path;
+  const char* what;
+  int k;
+  std::uint64_t seed;
+};
+constexpr PhotoCase kBee{"samples/european-honey-bee.jpg", "bee in tiles", 32, 1};  // 2.1 MP
 // 1.2 megapixels at K = 64: two candidate words per tile.
-void expectPruningGivesTheFullScanOnCitrus(Mode mode, Working w) {
-  const Photo citrus = photo("samples/citrus-fruits.jpg");
-  const Matrix& tf = citrus.features;
+constexpr PhotoCase kCitrus{"samples/citrus-fruits.jpg", "citrus in tiles", 64, 5};
+
+void expectPruningGivesTheFullScanOnPhoto(const PhotoCase& c, Mode mode, Working w) {
+  const Photo ph = photo(c.path);
+  const Matrix& x = ph.features;
   expectPruningGivesTheFullScan(
-      {{"citrus in tiles", tf, gatherRows(tf, chooseInitialCentres(tf, 64, Init::RandomPoints, 5)),
-        64, citrus.width}},
+      {{c.what, x, gatherRows(x, chooseInitialCentres(x, c.k, Init::RandomPoints, c.seed)), c.k,
+        ph.width}},
       mode, {w});
 }
 
 TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnBee) {
   KMSEG_REQUIRE_GPU();
-  expectPruningGivesTheFullScanOnBee(GetParam(), Working::Auto);
+  expectPruningGivesTheFullScanOnPhoto(kBee, GetParam(), Working::Auto);
 }
 
 TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnCitrus) {
   KMSEG_REQUIRE_GPU();
-  expectPruningGivesTheFullScanOnCitrus(GetParam(), Working::Auto);
+  expectPruningGivesTheFullScanOnPhoto(kCitrus, GetParam(), Working::Auto);
 }
 
 // Runs of one label at K = 9 and K = 300 (several candidate words, 16-bit labels): one test per
@@ -735,13 +735,14 @@ TEST_P(CudaEveryMode, PruningGivesTheFullScanBitForBitOnSyntheticData) {
                      gatherRows(x, chooseInitialCentres(x, 16, Init::RandomPoints, seed)), 16, 64});
   }
   const std::array<std::int64_t, 2> lateEmpty = expectPruningGivesTheFullScan(cases, mode);
-  if (mode == Mode::Fp64)
-    std::printf("[ settled  ] fp64: re-seeding events after iteration 2: %lld (W fp64)\n",
-                (long long)lateEmpty[1]);
-  else
-    std::printf(
-        "[ settled  ] %s: re-seeding events after iteration 2: %lld (W fp32), %lld (W fp64)\n",
-        std::string(modeName(mode)).c_str(), (long long)lateEmpty[0], (long long)lateEmpty[1]);
+  std::printf("[ settled  ] %s: re-seeding events after iteration 2:",
+              std::string(modeName(mode)).c_str());
+  for (Working w : workingsOf(mode)) {
+    const Precision wp = resolveWorking(mode, w);
+    std::printf(" %lld (W %s)", (long long)lateEmpty[wp == Precision::Fp64],
+                std::string(precisionName(wp)).c_str());
+  }
+  std::printf("\n");
   if (mode == Mode::Fp32 || mode == Mode::Fp16 || mode == Mode::Bf16) {
     EXPECT_GT(lateEmpty[0], 0);
     EXPECT_GT(lateEmpty[1], 0);
@@ -764,13 +765,13 @@ std::vector<Mode> modesButFp64() {
 TEST_P(CudaEveryModeButFp64, PruningGivesTheFullScanBitForBitOnBeeInFp64) {
   KMSEG_REQUIRE_GPU();
   ASSERT_EQ(resolveWorking(GetParam(), Working::Auto), Precision::Fp32);
-  expectPruningGivesTheFullScanOnBee(GetParam(), Working::Fp64);
+  expectPruningGivesTheFullScanOnPhoto(kBee, GetParam(), Working::Fp64);
 }
 
 TEST_P(CudaEveryModeButFp64, PruningGivesTheFullScanBitForBitOnCitrusInFp64) {
   KMSEG_REQUIRE_GPU();
   ASSERT_EQ(resolveWorking(GetParam(), Working::Auto), Precision::Fp32);
-  expectPruningGivesTheFullScanOnCitrus(GetParam(), Working::Fp64);
+  expectPruningGivesTheFullScanOnPhoto(kCitrus, GetParam(), Working::Fp64);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllButFp64, CudaEveryModeButFp64, ::testing::ValuesIn(modesButFp64()),
