@@ -4,7 +4,7 @@
 // engine's Lloyd loop, to tell compute-sanitizer racecheck's behaviour on conditional graph nodes
 // apart from the engine's kernels.
 //
-//   graph_racecheck_probe host|while|nested [ITERATIONS]
+//   graph_racecheck_probe host|while|nested [ITERATIONS [RUNS [BLOCKS]]]
 //
 //   host    the kernels launched from the host, one iteration after another
 //   while   one graph: WHILE { a, b, decide }
@@ -14,7 +14,13 @@
 // threads wrote, so racecheck must find no hazard. The program checks the result of every
 // kernel (the sums it writes) and prints "ok" with the iteration count, or names what differs;
 // exit status 0, 1 when a result differs, 77 without a device.
+//
+// RUNS (default 1) repeats the whole run, as a test of the engine makes several runs in one
+// process: each run allocates its buffers afresh (the sums a little longer each time, so that
+// the allocations move), builds and instantiates its own graph, and frees all of it before the
+// next. BLOCKS (default 64, at most 4096) is each kernel's grid.
 // Run: compute-sanitizer --tool racecheck build/tests/cuda/graph_racecheck_probe while 20
+//      compute-sanitizer --tool memcheck build/tests/cuda/graph_racecheck_probe nested 20 8 512
 
 #include <cuda_runtime.h>
 
@@ -22,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #define CHECK(call)                                                                               \
   do {                                                                                            \
@@ -33,14 +40,14 @@
   } while (0)
 
 constexpr int kThreads = 256;
-constexpr int kBlocks = 64;
 
 struct State {
   int iteration;  // counts the outer iterations
   int inner;      // counts the inner loop's passes in this outer iteration
   int limit;
   cudaGraphConditionalHandle outer, innerHandle, ifHandle;
-  long long* sums;  // kBlocks values per kernel: a, b, c
+  long long* sums;  // `blocks` values per kernel: a, b, c
+  int blocks;
 };
 
 // Shared memory written by every thread, read across threads after the barrier: race-free.
@@ -75,13 +82,13 @@ __global__ void kernelB(State* st) {
   if (threadIdx.x == 0) {
     long long total = 0;
     for (int i = 0; i < kThreads; ++i) total += dyn[i];
-    st->sums[kBlocks + blockIdx.x] = total;
+    st->sums[st->blocks + blockIdx.x] = total;
   }
 }
 
 __global__ void kernelC(State* st) {
   const long long t = blockSum(2 * st->iteration + int(blockIdx.x));
-  if (threadIdx.x == 0) st->sums[2 * kBlocks + blockIdx.x] = t;
+  if (threadIdx.x == 0) st->sums[2 * st->blocks + blockIdx.x] = t;
 }
 
 // Host-loop and while shapes: one decision per iteration.
@@ -132,36 +139,27 @@ cudaGraph_t addConditional(cudaGraph_t graph, cudaGraphNode_t* node, const cudaG
   return p.conditional.phGraph_out[0];
 }
 
-int main(int argc, char** argv) {
-  const std::string shape = argc > 1 ? argv[1] : "";
-  const int limit = argc > 2 ? std::atoi(argv[2]) : 20;
-  if ((shape != "host" && shape != "while" && shape != "nested") || limit < 1 || limit > 100000) {
-    std::fprintf(stderr, "usage: graph_racecheck_probe host|while|nested [ITERATIONS 1..100000]\n");
-    return 2;
-  }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device answers: skipped\n");
-    return 77;  // CTest's SKIP_RETURN_CODE
-  }
+// One whole run in `shape`: fresh buffers (the sums `extra` entries longer than they need be),
+// the kernels launched from the host or the graph built and launched, the sums checked and
+// everything freed. Returns the number of wrong sums, or -1 when the iteration count is wrong.
+int runOnce(const std::string& shape, int limit, int blocks, int extra, cudaStream_t s) {
   State host;
   std::memset(&host, 0, sizeof host);
   host.limit = limit;
+  host.blocks = blocks;
   State* st = nullptr;
   long long* sums = nullptr;
   CHECK(cudaMalloc(&st, sizeof(State)));
-  CHECK(cudaMalloc(&sums, 3 * kBlocks * sizeof(long long)));
+  CHECK(cudaMalloc(&sums, (3 * std::size_t(blocks) + std::size_t(extra)) * sizeof(long long)));
   host.sums = sums;
-  cudaStream_t s;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const std::size_t dyn = kThreads * sizeof(int);
 
   if (shape == "host") {
     CHECK(cudaMemcpy(st, &host, sizeof host, cudaMemcpyHostToDevice));
     for (int i = 0; i < limit; ++i) {
-      kernelA<<<kBlocks, kThreads, 0, s>>>(st);
-      kernelB<<<kBlocks, kThreads, dyn, s>>>(st);
-      kernelC<<<kBlocks, kThreads, 0, s>>>(st);
+      kernelA<<<blocks, kThreads, 0, s>>>(st);
+      kernelB<<<blocks, kThreads, dyn, s>>>(st);
+      kernelC<<<blocks, kThreads, 0, s>>>(st);
       decideKernel<<<1, 1, 0, s>>>(st, 0);
       CHECK(cudaGetLastError());
     }
@@ -176,9 +174,9 @@ int main(int argc, char** argv) {
     if (shape == "while") {
       CHECK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0,
                                           cudaStreamCaptureModeThreadLocal));
-      kernelA<<<kBlocks, kThreads, 0, s>>>(st);
-      kernelB<<<kBlocks, kThreads, dyn, s>>>(st);
-      kernelC<<<kBlocks, kThreads, 0, s>>>(st);
+      kernelA<<<blocks, kThreads, 0, s>>>(st);
+      kernelB<<<blocks, kThreads, dyn, s>>>(st);
+      kernelC<<<blocks, kThreads, 0, s>>>(st);
       decideKernel<<<1, 1, 0, s>>>(st, 1);
       CHECK(cudaStreamEndCapture(s, &captured));
     } else {
@@ -190,7 +188,7 @@ int main(int argc, char** argv) {
           addConditional(body, &innerNode, nullptr, host.innerHandle, cudaGraphCondTypeWhile);
       CHECK(cudaStreamBeginCaptureToGraph(s, inner, nullptr, nullptr, 0,
                                           cudaStreamCaptureModeThreadLocal));
-      kernelA<<<kBlocks, kThreads, 0, s>>>(st);
+      kernelA<<<blocks, kThreads, 0, s>>>(st);
       decideInnerKernel<<<1, 1, 0, s>>>(st);
       CHECK(cudaStreamEndCapture(s, &captured));
       cudaGraphNode_t ifNode;
@@ -198,11 +196,11 @@ int main(int argc, char** argv) {
           addConditional(body, &ifNode, &innerNode, host.ifHandle, cudaGraphCondTypeIf);
       CHECK(cudaStreamBeginCaptureToGraph(s, then, nullptr, nullptr, 0,
                                           cudaStreamCaptureModeThreadLocal));
-      kernelB<<<kBlocks, kThreads, dyn, s>>>(st);
+      kernelB<<<blocks, kThreads, dyn, s>>>(st);
       CHECK(cudaStreamEndCapture(s, &captured));
       CHECK(cudaStreamBeginCaptureToGraph(s, body, &ifNode, nullptr, 1,
                                           cudaStreamCaptureModeThreadLocal));
-      kernelC<<<kBlocks, kThreads, 0, s>>>(st);
+      kernelC<<<blocks, kThreads, 0, s>>>(st);
       decideOuterKernel<<<1, 1, 0, s>>>(st);
       CHECK(cudaStreamEndCapture(s, &captured));
     }
@@ -219,24 +217,52 @@ int main(int argc, char** argv) {
   // The last iteration's sums: a and c ran with iteration = limit - 1; b with the last iteration
   // that ran it (the last in host and while; the last odd one in nested).
   CHECK(cudaMemcpy(&host, st, sizeof host, cudaMemcpyDeviceToHost));
-  long long got[3 * kBlocks];
-  CHECK(cudaMemcpy(got, sums, sizeof got, cudaMemcpyDeviceToHost));
+  std::vector<long long> got(3 * std::size_t(blocks));
+  CHECK(cudaMemcpy(got.data(), sums, got.size() * sizeof(long long), cudaMemcpyDeviceToHost));
   int wrong = 0;
   const int last = limit - 1;
   const int lastB = shape == "nested" ? (last % 2 == 1 ? last : last - 1) : last;
-  for (int b = 0; b < kBlocks; ++b) {
+  for (int b = 0; b < blocks; ++b) {
     if (got[b] != expectedA(last, b)) ++wrong;
-    if (lastB >= 0 && got[kBlocks + b] != expectedB(lastB)) ++wrong;
-    if (got[2 * kBlocks + b] != expectedA(2 * last, b)) ++wrong;
+    if (lastB >= 0 && got[blocks + b] != expectedB(lastB)) ++wrong;
+    if (got[2 * blocks + b] != expectedA(2 * last, b)) ++wrong;
   }
-  if (host.iteration != limit || wrong != 0) {
-    std::printf("%s: %d iterations of %d, %d wrong sums\n", shape.c_str(), host.iteration, limit,
-                wrong);
-    return 1;
-  }
-  // Freed before "ok" is printed: CTest judges the run by that line.
   CHECK(cudaFree(sums));
   CHECK(cudaFree(st));
-  std::printf("%s: ok, %d iterations\n", shape.c_str(), host.iteration);
+  if (host.iteration != limit) {
+    std::printf("%s: %d iterations of %d\n", shape.c_str(), host.iteration, limit);
+    return -1;
+  }
+  return wrong;
+}
+
+int main(int argc, char** argv) {
+  const std::string shape = argc > 1 ? argv[1] : "";
+  const int limit = argc > 2 ? std::atoi(argv[2]) : 20;
+  const int runs = argc > 3 ? std::atoi(argv[3]) : 1;
+  const int blocks = argc > 4 ? std::atoi(argv[4]) : 64;
+  if ((shape != "host" && shape != "while" && shape != "nested") || limit < 1 || limit > 100000 ||
+      runs < 1 || runs > 1000 || blocks < 1 || blocks > 4096) {
+    std::fprintf(stderr,
+                 "usage: graph_racecheck_probe host|while|nested [ITERATIONS 1..100000 "
+                 "[RUNS 1..1000 [BLOCKS 1..4096]]]\n");
+    return 2;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device answers: skipped\n");
+    return 77;  // CTest's SKIP_RETURN_CODE
+  }
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int run = 0; run < runs; ++run) {
+    const int wrong = runOnce(shape, limit, blocks, 16 * run, s);
+    if (wrong > 0)
+      std::printf("%s: run %d of %d, %d wrong sums\n", shape.c_str(), run + 1, runs, wrong);
+    if (wrong != 0) return 1;
+  }
+  CHECK(cudaStreamDestroy(s));
+  // Printed last: CTest judges the run by this line.
+  std::printf("%s: ok, %d iterations\n", shape.c_str(), limit);
   return 0;
 }
