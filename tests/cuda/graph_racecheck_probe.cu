@@ -49,8 +49,7 @@ struct State {
   int inner;      // counts the inner loop's passes in this outer iteration
   int limit;
   cudaGraphConditionalHandle outer, innerHandle, ifHandle;
-  long long* sums;  // `blocks` values per kernel: a, b, c
-  int blocks;
+  long long* sums;  // one value per block of each kernel (gridDim.x): a, b, c
 };
 
 // Shared memory written by every thread, read across threads after the barrier: race-free.
@@ -85,13 +84,13 @@ __global__ void kernelB(State* st) {
   if (threadIdx.x == 0) {
     long long total = 0;
     for (int i = 0; i < kThreads; ++i) total += dyn[i];
-    st->sums[st->blocks + blockIdx.x] = total;
+    st->sums[gridDim.x + blockIdx.x] = total;
   }
 }
 
 __global__ void kernelC(State* st) {
   const long long t = blockSum(2 * st->iteration + int(blockIdx.x));
-  if (threadIdx.x == 0) st->sums[2 * st->blocks + blockIdx.x] = t;
+  if (threadIdx.x == 0) st->sums[2 * gridDim.x + blockIdx.x] = t;
 }
 
 // Host-loop and while shapes: one decision per iteration.
@@ -150,7 +149,6 @@ int runOnce(const std::string& shape, int limit, int blocks, int extra, bool pen
   State host;
   std::memset(&host, 0, sizeof host);
   host.limit = limit;
-  host.blocks = blocks;
   State* st = nullptr;
   long long* sums = nullptr;
   CHECK(cudaMalloc(&st, sizeof(State)));
@@ -254,9 +252,10 @@ int main(int argc, char** argv) {
   const int runs = argc > 3 ? std::atoi(argv[3]) : 1;
   const int blocks = argc > 4 ? std::atoi(argv[4]) : 64;
   const std::string order = argc > 5 ? argv[5] : "";
+  const bool pending = order == "pending";
   if ((shape != "host" && shape != "while" && shape != "nested") || limit < 1 || limit > 100000 ||
-      runs < 1 || runs > 1000 || blocks < 1 || blocks > 4096 ||
-      (!order.empty() && (order != "pending" || shape == "host"))) {
+      runs < 1 || runs > 1000 || blocks < 1 || blocks > 4096 || (!order.empty() && !pending) ||
+      (pending && shape == "host")) {
     std::fprintf(stderr,
                  "usage: graph_racecheck_probe host|while|nested [ITERATIONS 1..100000 "
                  "[RUNS 1..1000 [BLOCKS 1..4096 [pending, not with host]]]]\n");
@@ -270,7 +269,7 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int run = 0; run < runs; ++run) {
-    const int wrong = runOnce(shape, limit, blocks, 16 * run, !order.empty(), s);
+    const int wrong = runOnce(shape, limit, blocks, 16 * run, pending, s);
     if (wrong > 0)
       std::printf("%s: run %d of %d, %d wrong sums\n", shape.c_str(), run + 1, runs, wrong);
     if (wrong != 0) return 1;
