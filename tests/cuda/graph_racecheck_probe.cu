@@ -4,7 +4,7 @@
 // engine's Lloyd loop, to tell compute-sanitizer racecheck's behaviour on conditional graph nodes
 // apart from the engine's kernels.
 //
-//   graph_racecheck_probe host|while|nested [ITERATIONS [RUNS [BLOCKS [pending]]]]
+//   graph_racecheck_probe host|while|nested [ITERATIONS [RUNS [BLOCKS [FLAGS]]]]
 //
 //   host    the kernels launched from the host, one iteration after another
 //   while   one graph: WHILE { a, b, decide }
@@ -18,19 +18,29 @@
 // RUNS (default 1) repeats the whole run, as a test of the engine makes several runs in one
 // process: each run allocates its buffers afresh (the sums a little longer each time, so that
 // the allocations move), builds and instantiates its own graph, and frees all of it before the
-// next. BLOCKS (default 64, at most 4096) is each kernel's grid. With `pending`, the graph's
-// capture begins while clearing the new sums (and a 256 MB buffer before them) is still queued
-// on the capturing stream, the order NVIDIA/warp#1406 reports memcheck to mistake for reads of
-// unallocated memory; without it the stream is idle when the capture begins.
+// next. BLOCKS (default 64, at most 4096) is each kernel's grid. FLAGS, words joined by commas,
+// bring in more of what the engine does:
+//   pending  the graph's capture begins while clearing the new sums (and a 256 MB buffer before
+//            them) is still queued on the capturing stream, the order NVIDIA/warp#1406 reports
+//            memcheck to mistake for reads of unallocated memory (not with host); without it the
+//            stream is idle when the capture begins;
+//   mapped   the deciding kernel publishes the iteration to pinned host memory mapped into the
+//            device's address space and reads a cancel flag there (never set), while the host
+//            polls the progress until the run ends, as the engine reports progress;
+//   local    kernel b keeps 128 doubles per thread in local memory, indexed by the thread (as the
+//            engine's generic pass keeps a row of up to 128 fp64 values), their sum checked.
 // Run: compute-sanitizer --tool racecheck build/tests/cuda/graph_racecheck_probe while 20
 //      compute-sanitizer --tool memcheck build/tests/cuda/graph_racecheck_probe nested 20 8 512
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #define CHECK(call)                                                                               \
@@ -50,7 +60,34 @@ struct State {
   int limit;
   cudaGraphConditionalHandle outer, innerHandle, ifHandle;
   long long* sums;  // one value per block of each kernel (gridDim.x): a, b, c
+  int local;        // 1: kernel b uses local memory
+  // mapped: pinned host memory (device pointers), else null; progress[0] is the iteration
+  // published, progress[1] the cancel flag
+  volatile int* progress;
 };
+
+struct Flags {
+  bool pending = false, mapped = false, local = false;
+};
+
+// 0 in exact arithmetic, from 128 doubles of local memory per thread indexed by the thread: the
+// values i ^ t (i < 128) visited in a permuted order sum to 128 (t & 128) + 8128.
+__device__ int localTerm() {
+  double row[128];
+  const unsigned t = threadIdx.x;
+  for (unsigned i = 0; i < 128; ++i) row[i] = double(i ^ t);
+  double acc = 0;
+  for (unsigned j = 0; j < 128; ++j) acc += row[(j * 7 + t) % 128];
+  return int(acc - 128.0 * double(t & 128u) - 8128.0);
+}
+
+// The deciding kernels' publishing (mapped): the iteration, then whether the host cancelled.
+__device__ bool publishAndCancelled(State* st) {
+  if (!st->progress) return false;
+  st->progress[0] = st->iteration;
+  __threadfence_system();
+  return st->progress[1] != 0;
+}
 
 // Shared memory written by every thread, read across threads after the barrier: race-free.
 __device__ long long blockSum(int seed) {
@@ -75,7 +112,7 @@ __global__ void kernelA(State* st) {
 // Dynamic shared memory, as the engine's passes use.
 __global__ void kernelB(State* st) {
   extern __shared__ int dyn[];
-  dyn[threadIdx.x] = int(threadIdx.x) * 3 + st->iteration;
+  dyn[threadIdx.x] = int(threadIdx.x) * 3 + st->iteration + (st->local ? localTerm() : 0);
   __syncthreads();
   const int v = dyn[kThreads - 1 - threadIdx.x];
   __syncthreads();
@@ -96,7 +133,9 @@ __global__ void kernelC(State* st) {
 // Host-loop and while shapes: one decision per iteration.
 __global__ void decideKernel(State* st, int shape) {
   st->iteration += 1;
-  if (shape == 1) cudaGraphSetConditional(st->outer, st->iteration < st->limit ? 1u : 0u);
+  const bool cancelled = publishAndCancelled(st);
+  if (shape == 1)
+    cudaGraphSetConditional(st->outer, st->iteration < st->limit && !cancelled ? 1u : 0u);
 }
 
 // Nested shape: the inner loop runs twice per outer iteration, then the IF node runs b on
@@ -111,7 +150,8 @@ __global__ void decideInnerKernel(State* st) {
 __global__ void decideOuterKernel(State* st) {
   st->iteration += 1;
   st->inner = 0;
-  const bool go = st->iteration < st->limit;
+  const bool cancelled = publishAndCancelled(st);
+  const bool go = st->iteration < st->limit && !cancelled;
   cudaGraphSetConditional(st->outer, go ? 1u : 0u);
   cudaGraphSetConditional(st->innerHandle, go ? 1u : 0u);  // the inner loop runs again
 }
@@ -141,14 +181,43 @@ cudaGraph_t addConditional(cudaGraph_t graph, cudaGraphNode_t* node, const cudaG
   return p.conditional.phGraph_out[0];
 }
 
+// Waits for the work queued on `s`; with mapped progress, polls it meanwhile as the engine's host
+// does (every 100 us, reading what the device published).
+void waitPolling(cudaStream_t s, cudaEvent_t done, const int* progressHost) {
+  CHECK(cudaEventRecord(done, s));
+  if (progressHost) {
+    volatile const int* p = progressHost;
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(done);
+      if (q != cudaErrorNotReady) CHECK(q);
+      (void)p[0];  // read as the engine reads its progress to report it
+      if (q == cudaSuccess) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  CHECK(cudaEventSynchronize(done));
+}
+
 // One whole run in `shape`: fresh buffers (the sums `extra` entries longer than they need be),
 // the kernels launched from the host or the graph built and launched, the sums checked and
 // everything freed. Returns the number of wrong sums, or -1 when the iteration count is wrong.
-int runOnce(const std::string& shape, int limit, int blocks, int extra, bool pending,
+int runOnce(const std::string& shape, int limit, int blocks, int extra, const Flags& flags,
             cudaStream_t s) {
   State host;
   std::memset(&host, 0, sizeof host);
   host.limit = limit;
+  host.local = flags.local;
+  int* progressHost = nullptr;
+  if (flags.mapped) {
+    CHECK(cudaHostAlloc(reinterpret_cast<void**>(&progressHost), 2 * sizeof(int),
+                        cudaHostAllocMapped));
+    progressHost[0] = progressHost[1] = 0;
+    int* dev = nullptr;
+    CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), progressHost, 0));
+    host.progress = dev;
+  }
+  cudaEvent_t done;
+  CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   State* st = nullptr;
   long long* sums = nullptr;
   CHECK(cudaMalloc(&st, sizeof(State)));
@@ -165,9 +234,10 @@ int runOnce(const std::string& shape, int limit, int blocks, int extra, bool pen
       decideKernel<<<1, 1, 0, s>>>(st, 0);
       CHECK(cudaGetLastError());
     }
+    waitPolling(s, done, progressHost);
   } else {
     void* busy = nullptr;  // keeps the stream busy while the capture begins
-    if (pending) {
+    if (flags.pending) {
       const std::size_t bytes = std::size_t(256) << 20;
       CHECK(cudaMalloc(&busy, bytes));
       CHECK(cudaMemsetAsync(busy, 0, bytes, s));
@@ -217,7 +287,7 @@ int runOnce(const std::string& shape, int limit, int blocks, int extra, bool pen
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaStreamSynchronize(s));
+    waitPolling(s, done, progressHost);
     if (busy) CHECK(cudaFree(busy));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
@@ -239,6 +309,13 @@ int runOnce(const std::string& shape, int limit, int blocks, int extra, bool pen
   }
   CHECK(cudaFree(sums));
   CHECK(cudaFree(st));
+  CHECK(cudaEventDestroy(done));
+  const int published = progressHost ? progressHost[0] : limit;
+  if (progressHost) CHECK(cudaFreeHost(progressHost));
+  if (published != limit) {
+    std::printf("%s: progress %d published, %d expected\n", shape.c_str(), published, limit);
+    return -1;
+  }
   if (host.iteration != limit) {
     std::printf("%s: %d iterations of %d\n", shape.c_str(), host.iteration, limit);
     return -1;
@@ -251,14 +328,28 @@ int main(int argc, char** argv) {
   const int limit = argc > 2 ? std::atoi(argv[2]) : 20;
   const int runs = argc > 3 ? std::atoi(argv[3]) : 1;
   const int blocks = argc > 4 ? std::atoi(argv[4]) : 64;
-  const std::string order = argc > 5 ? argv[5] : "";
-  const bool pending = order == "pending";
+  Flags flags;
+  bool flagsOk = true;
+  if (argc > 5) {
+    std::istringstream words(argv[5]);
+    for (std::string w; std::getline(words, w, ',');) {
+      if (w == "pending")
+        flags.pending = true;
+      else if (w == "mapped")
+        flags.mapped = true;
+      else if (w == "local")
+        flags.local = true;
+      else
+        flagsOk = false;
+    }
+  }
   if ((shape != "host" && shape != "while" && shape != "nested") || limit < 1 || limit > 100000 ||
-      runs < 1 || runs > 1000 || blocks < 1 || blocks > 4096 || (!order.empty() && !pending) ||
-      (pending && shape == "host")) {
+      runs < 1 || runs > 1000 || blocks < 1 || blocks > 4096 || !flagsOk ||
+      (flags.pending && shape == "host")) {
     std::fprintf(stderr,
                  "usage: graph_racecheck_probe host|while|nested [ITERATIONS 1..100000 "
-                 "[RUNS 1..1000 [BLOCKS 1..4096 [pending, not with host]]]]\n");
+                 "[RUNS 1..1000 [BLOCKS 1..4096 [FLAGS: pending (not with host), mapped, local, "
+                 "joined by commas]]]]\n");
     return 2;
   }
   int devices = 0;
@@ -269,7 +360,7 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int run = 0; run < runs; ++run) {
-    const int wrong = runOnce(shape, limit, blocks, 16 * run, pending, s);
+    const int wrong = runOnce(shape, limit, blocks, 16 * run, flags, s);
     if (wrong > 0)
       std::printf("%s: run %d of %d, %d wrong sums\n", shape.c_str(), run + 1, runs, wrong);
     if (wrong != 0) return 1;
