@@ -29,6 +29,7 @@
 //            polls the progress until the run ends, as the engine reports progress;
 //   local    kernel b keeps 128 doubles per thread in local memory, indexed by the thread (as the
 //            engine's generic pass keeps a row of up to 128 fp64 values), their sum checked.
+// KMSEG_CUDA_STACK_BYTES sets the device's stack limit per thread, as it does for the engine.
 // Run: compute-sanitizer --tool racecheck build/tests/cuda/graph_racecheck_probe while 20
 //      compute-sanitizer --tool memcheck build/tests/cuda/graph_racecheck_probe nested 20 8 512
 
@@ -352,11 +353,23 @@ int main(int argc, char** argv) {
                  "joined by commas]]]]\n");
     return 2;
   }
+  // The engine's sanitizer knob, the same here: the device's stack limit per thread in bytes.
+  unsigned long long stackBytes = 0;
+  if (const char* v = std::getenv("KMSEG_CUDA_STACK_BYTES")) {
+    char* end = nullptr;
+    stackBytes = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0' || stackBytes == 0 || stackBytes > (1ull << 20)) {
+      std::fprintf(stderr,
+                   "KMSEG_CUDA_STACK_BYTES='%s' is not a stack size of 1 to 1048576 bytes\n", v);
+      return 2;
+    }
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device answers: skipped\n");
     return 77;  // CTest's SKIP_RETURN_CODE
   }
+  if (stackBytes) CHECK(cudaDeviceSetLimit(cudaLimitStackSize, std::size_t(stackBytes)));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int run = 0; run < runs; ++run) {
