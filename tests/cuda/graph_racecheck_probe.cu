@@ -186,22 +186,24 @@ cudaGraph_t addConditional(cudaGraph_t graph, cudaGraphNode_t* node, const cudaG
 // does (every 100 us, reading what the device published).
 void waitPolling(cudaStream_t s, cudaEvent_t done, const int* progressHost) {
   CHECK(cudaEventRecord(done, s));
-  if (progressHost) {
-    volatile const int* p = progressHost;
-    for (;;) {
-      const cudaError_t q = cudaEventQuery(done);
-      if (q != cudaErrorNotReady) CHECK(q);
-      (void)p[0];  // read as the engine reads its progress to report it
-      if (q == cudaSuccess) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+  if (!progressHost) {
+    CHECK(cudaEventSynchronize(done));
+    return;
   }
-  CHECK(cudaEventSynchronize(done));
+  volatile const int* p = progressHost;
+  for (;;) {
+    const cudaError_t q = cudaEventQuery(done);
+    if (q != cudaErrorNotReady) CHECK(q);
+    (void)p[0];  // read as the engine reads its progress to report it
+    if (q == cudaSuccess) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 // One whole run in `shape`: fresh buffers (the sums `extra` entries longer than they need be),
 // the kernels launched from the host or the graph built and launched, the sums checked and
-// everything freed. Returns the number of wrong sums, or -1 when the iteration count is wrong.
+// everything freed. Returns the number of wrong sums, or -1 when the iteration count (or, with
+// mapped, the progress published) is wrong.
 int runOnce(const std::string& shape, int limit, int blocks, int extra, const Flags& flags,
             cudaStream_t s) {
   State host;
@@ -293,7 +295,6 @@ int runOnce(const std::string& shape, int limit, int blocks, int extra, const Fl
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
   }
-  CHECK(cudaStreamSynchronize(s));
 
   // The last iteration's sums: a and c ran with iteration = limit - 1; b with the last iteration
   // that ran it (the last in host and while; the last odd one in nested).
