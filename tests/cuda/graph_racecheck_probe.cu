@@ -28,7 +28,12 @@
 //            device's address space and reads a cancel flag there (never set), while the host
 //            polls the progress until the run ends, as the engine reports progress;
 //   local    kernel b keeps 128 doubles per thread in local memory, indexed by the thread (as the
-//            engine's generic pass keeps a row of up to 128 fp64 values), their sum checked.
+//            engine's generic pass keeps a row of up to 128 fp64 values), their sum checked;
+//   many     each run also allocates kSmall small buffers (40 to 320 bytes, their sizes changing
+//            from run to run, allocated between the others, as the engine's run allocates some 25
+//            buffers, its loop state and centres among them, and frees them at its end): kernel a
+//            reads them across its blocks and threads, kernel b writes them, kernel c reads them
+//            again, the values checked through the sums.
 // KMSEG_CUDA_STACK_BYTES sets the device's stack limit per thread, as it does for the engine.
 // Run: compute-sanitizer --tool racecheck build/tests/cuda/graph_racecheck_probe while 20
 //      compute-sanitizer --tool memcheck build/tests/cuda/graph_racecheck_probe nested 20 8 512
@@ -65,10 +70,15 @@ struct State {
   // mapped: pinned host memory (device pointers), else null; progress[0] is the iteration
   // published, progress[1] the cancel flag
   volatile int* progress;
+  // many: kSmall buffers of smallLen[i] ints each, else null
+  int* small[16];
+  int smallLen[16];
 };
 
+constexpr int kSmall = 16;
+
 struct Flags {
-  bool pending = false, mapped = false, local = false;
+  bool pending = false, mapped = false, local = false, many = false;
 };
 
 // 0 in exact arithmetic, from 128 doubles of local memory per thread indexed by the thread: the
@@ -105,8 +115,19 @@ __device__ long long blockSum(int seed) {
   return total;
 }
 
+// many: the value every element of the small buffers holds when kernels a and c read them (kernel
+// b writes them with the iteration it runs in, the host clears them to 0 before the run); 0 when
+// the run has no small buffers.
+__device__ int smallRead(const State* st) {
+  if (!st->small[0]) return 0;
+  const int i = int(blockIdx.x + threadIdx.x) % kSmall;
+  const int v = st->small[i][threadIdx.x % unsigned(st->smallLen[i])];
+  // The same in every buffer and element; a thread's read of another value shows as a wrong sum.
+  return v - st->small[0][0];
+}
+
 __global__ void kernelA(State* st) {
-  const long long t = blockSum(st->iteration + int(blockIdx.x));
+  const long long t = blockSum(st->iteration + int(blockIdx.x) + smallRead(st));
   if (threadIdx.x == 0) st->sums[blockIdx.x] = t;
 }
 
@@ -118,6 +139,12 @@ __global__ void kernelB(State* st) {
   const int v = dyn[kThreads - 1 - threadIdx.x];
   __syncthreads();
   dyn[threadIdx.x] = v;
+  // many: block b fills small buffers b, b + gridDim.x, ... with the iteration (the same value
+  // everywhere).
+  if (st->small[0])
+    for (int i = int(blockIdx.x); i < kSmall; i += int(gridDim.x))
+      for (int j = int(threadIdx.x); j < st->smallLen[i]; j += kThreads)
+        st->small[i][j] = st->iteration;
   __syncthreads();
   if (threadIdx.x == 0) {
     long long total = 0;
@@ -127,7 +154,7 @@ __global__ void kernelB(State* st) {
 }
 
 __global__ void kernelC(State* st) {
-  const long long t = blockSum(2 * st->iteration + int(blockIdx.x));
+  const long long t = blockSum(2 * st->iteration + int(blockIdx.x) + smallRead(st));
   if (threadIdx.x == 0) st->sums[2 * gridDim.x + blockIdx.x] = t;
 }
 
@@ -204,8 +231,9 @@ void waitPolling(cudaStream_t s, cudaEvent_t done, const int* progressHost) {
 // the kernels launched from the host or the graph built and launched, the sums checked and
 // everything freed. Returns the number of wrong sums, or -1 when the iteration count (or, with
 // mapped, the progress published) is wrong.
-int runOnce(const std::string& shape, int limit, int blocks, int extra, const Flags& flags,
+int runOnce(const std::string& shape, int limit, int blocks, int run, const Flags& flags,
             cudaStream_t s) {
+  const int extra = 16 * run;
   State host;
   std::memset(&host, 0, sizeof host);
   host.limit = limit;
@@ -224,6 +252,12 @@ int runOnce(const std::string& shape, int limit, int blocks, int extra, const Fl
   State* st = nullptr;
   long long* sums = nullptr;
   CHECK(cudaMalloc(&st, sizeof(State)));
+  if (flags.many)
+    for (int i = 0; i < kSmall; ++i) {
+      host.smallLen[i] = 10 + (5 * i + 3 * run) % 71;  // 40 to 320 bytes
+      CHECK(cudaMalloc(&host.small[i], host.smallLen[i] * sizeof(int)));
+      CHECK(cudaMemsetAsync(host.small[i], 0, host.smallLen[i] * sizeof(int), s));
+    }
   CHECK(cudaMalloc(&sums, (3 * std::size_t(blocks) + std::size_t(extra)) * sizeof(long long)));
   host.sums = sums;
   const std::size_t dyn = kThreads * sizeof(int);
@@ -310,6 +344,8 @@ int runOnce(const std::string& shape, int limit, int blocks, int extra, const Fl
     if (got[2 * blocks + b] != expectedA(2 * last, b)) ++wrong;
   }
   CHECK(cudaFree(sums));
+  for (int* p : host.small)
+    if (p) CHECK(cudaFree(p));
   CHECK(cudaFree(st));
   CHECK(cudaEventDestroy(done));
   const int published = progressHost ? progressHost[0] : limit;
@@ -341,6 +377,8 @@ int main(int argc, char** argv) {
         flags.mapped = true;
       else if (w == "local")
         flags.local = true;
+      else if (w == "many")
+        flags.many = true;
       else
         flagsOk = false;
     }
@@ -351,7 +389,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: graph_racecheck_probe host|while|nested [ITERATIONS 1..100000 "
                  "[RUNS 1..1000 [BLOCKS 1..4096 [FLAGS: pending (not with host), mapped, local, "
-                 "joined by commas]]]]\n");
+                 "many, joined by commas]]]]\n");
     return 2;
   }
   // The engine's sanitizer knob, the same here: the device's stack limit per thread in bytes.
@@ -374,7 +412,7 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int run = 0; run < runs; ++run) {
-    const int wrong = runOnce(shape, limit, blocks, 16 * run, flags, s);
+    const int wrong = runOnce(shape, limit, blocks, run, flags, s);
     if (wrong > 0)
       std::printf("%s: run %d of %d, %d wrong sums\n", shape.c_str(), run + 1, runs, wrong);
     if (wrong != 0) return 1;
