@@ -28,7 +28,8 @@
 //            device's address space and reads a cancel flag there (never set), while the host
 //            polls the progress until the run ends, as the engine reports progress;
 //   local    kernel b keeps 128 doubles per thread in local memory, indexed by the thread (as the
-//            engine's generic pass keeps a row of up to 128 fp64 values), their sum checked;
+//            engine's generic pass keeps a row of up to 128 fp64 values), their sum checked: a
+//            1024-byte stack frame, which no kernel of the probe has without this flag;
 //   many     each run also allocates kSmall small buffers (40 to 320 bytes, their sizes changing
 //            from run to run, allocated between the others, as the engine's run allocates some 25
 //            buffers, its loop state and centres among them, and frees them at its end): kernel a
@@ -66,7 +67,6 @@ struct State {
   int limit;
   cudaGraphConditionalHandle outer, innerHandle, ifHandle;
   long long* sums;  // one value per block of each kernel (gridDim.x): a, b, c
-  int local;        // 1: kernel b uses local memory
   // mapped: pinned host memory (device pointers), else null; progress[0] is the iteration
   // published, progress[1] the cancel flag
   volatile int* progress;
@@ -131,10 +131,12 @@ __global__ void kernelA(State* st) {
   if (threadIdx.x == 0) st->sums[blockIdx.x] = t;
 }
 
-// Dynamic shared memory, as the engine's passes use.
+// Dynamic shared memory, as the engine's passes use. kLocal: with localTerm's 1024-byte stack
+// frame (ptxas, sm_90); without it no kernel of the probe has a stack frame.
+template <bool kLocal>
 __global__ void kernelB(State* st) {
   extern __shared__ int dyn[];
-  dyn[threadIdx.x] = int(threadIdx.x) * 3 + st->iteration + (st->local ? localTerm() : 0);
+  dyn[threadIdx.x] = int(threadIdx.x) * 3 + st->iteration + (kLocal ? localTerm() : 0);
   __syncthreads();
   const int v = dyn[kThreads - 1 - threadIdx.x];
   __syncthreads();
@@ -156,6 +158,13 @@ __global__ void kernelB(State* st) {
 __global__ void kernelC(State* st) {
   const long long t = blockSum(2 * st->iteration + int(blockIdx.x) + smallRead(st));
   if (threadIdx.x == 0) st->sums[2 * gridDim.x + blockIdx.x] = t;
+}
+
+void launchB(int blocks, std::size_t dyn, cudaStream_t s, State* st, bool local) {
+  if (local)
+    kernelB<true><<<blocks, kThreads, dyn, s>>>(st);
+  else
+    kernelB<false><<<blocks, kThreads, dyn, s>>>(st);
 }
 
 // Host-loop and while shapes: one decision per iteration.
@@ -237,7 +246,6 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
   State host;
   std::memset(&host, 0, sizeof host);
   host.limit = limit;
-  host.local = flags.local;
   int* progressHost = nullptr;
   if (flags.mapped) {
     CHECK(cudaHostAlloc(reinterpret_cast<void**>(&progressHost), 2 * sizeof(int),
@@ -266,7 +274,7 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
     CHECK(cudaMemcpy(st, &host, sizeof host, cudaMemcpyHostToDevice));
     for (int i = 0; i < limit; ++i) {
       kernelA<<<blocks, kThreads, 0, s>>>(st);
-      kernelB<<<blocks, kThreads, dyn, s>>>(st);
+      launchB(blocks, dyn, s, st, flags.local);
       kernelC<<<blocks, kThreads, 0, s>>>(st);
       decideKernel<<<1, 1, 0, s>>>(st, 0);
       CHECK(cudaGetLastError());
@@ -291,7 +299,7 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
       CHECK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0,
                                           cudaStreamCaptureModeThreadLocal));
       kernelA<<<blocks, kThreads, 0, s>>>(st);
-      kernelB<<<blocks, kThreads, dyn, s>>>(st);
+      launchB(blocks, dyn, s, st, flags.local);
       kernelC<<<blocks, kThreads, 0, s>>>(st);
       decideKernel<<<1, 1, 0, s>>>(st, 1);
       CHECK(cudaStreamEndCapture(s, &captured));
@@ -312,7 +320,7 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
           addConditional(body, &ifNode, &innerNode, host.ifHandle, cudaGraphCondTypeIf);
       CHECK(cudaStreamBeginCaptureToGraph(s, then, nullptr, nullptr, 0,
                                           cudaStreamCaptureModeThreadLocal));
-      kernelB<<<blocks, kThreads, dyn, s>>>(st);
+      launchB(blocks, dyn, s, st, flags.local);
       CHECK(cudaStreamEndCapture(s, &captured));
       CHECK(cudaStreamBeginCaptureToGraph(s, body, &ifNode, nullptr, 1,
                                           cudaStreamCaptureModeThreadLocal));
