@@ -60,6 +60,7 @@
   } while (0)
 
 constexpr int kThreads = 256;
+constexpr int kSmall = 16;  // the small buffers of many
 
 struct State {
   int iteration;  // counts the outer iterations
@@ -71,11 +72,9 @@ struct State {
   // published, progress[1] the cancel flag
   volatile int* progress;
   // many: kSmall buffers of smallLen[i] ints each, else null
-  int* small[16];
-  int smallLen[16];
+  int* small[kSmall];
+  int smallLen[kSmall];
 };
-
-constexpr int kSmall = 16;
 
 struct Flags {
   bool pending = false, mapped = false, local = false, many = false;
@@ -266,6 +265,8 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
       CHECK(cudaMalloc(&host.small[i], host.smallLen[i] * sizeof(int)));
       CHECK(cudaMemsetAsync(host.small[i], 0, host.smallLen[i] * sizeof(int), s));
     }
+  // Only pending begins a capture with work queued.
+  if (flags.many && !flags.pending) CHECK(cudaStreamSynchronize(s));
   CHECK(cudaMalloc(&sums, (3 * std::size_t(blocks) + std::size_t(extra)) * sizeof(long long)));
   host.sums = sums;
   const std::size_t dyn = kThreads * sizeof(int);
