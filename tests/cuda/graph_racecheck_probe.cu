@@ -114,9 +114,9 @@ __device__ long long blockSum(int seed) {
   return total;
 }
 
-// many: the value every element of the small buffers holds when kernels a and c read them (kernel
-// b writes them with the iteration it runs in, the host clears them to 0 before the run); 0 when
-// the run has no small buffers.
+// many: 0 when the element of a small buffer that this thread reads holds what small[0][0] holds,
+// as every element must (0 from the host's clearing, then the iteration of kernel b's last run),
+// so that the sums stay as expected; any other value shows as a wrong sum. 0 without the buffers.
 __device__ int smallRead(const State* st) {
   if (!st->small[0]) return 0;
   const int i = int(blockIdx.x + threadIdx.x) % kSmall;
@@ -235,7 +235,8 @@ void waitPolling(cudaStream_t s, cudaEvent_t done, const int* progressHost) {
   }
 }
 
-// One whole run in `shape`: fresh buffers (the sums `extra` entries longer than they need be),
+// One whole run in `shape`, `run` being its index in the process (from 0): fresh buffers (the sums
+// 16 * run entries longer than they need be; with many, the small buffers' sizes depend on run),
 // the kernels launched from the host or the graph built and launched, the sums checked and
 // everything freed. Returns the number of wrong sums, or -1 when the iteration count (or, with
 // mapped, the progress published) is wrong.
