@@ -34,7 +34,11 @@
 //            from run to run, allocated between the others, as the engine's run allocates some 25
 //            buffers, its loop state and centres among them, and frees them at its end): kernel a
 //            reads them across its blocks and threads, kernel b writes them, kernel c reads them
-//            again, the values checked through the sums.
+//            again, the values checked through the sums;
+//   streamwait  the host waits for a run on its stream (cudaStreamSynchronize, or with mapped
+//            cudaStreamQuery while it polls), as the probe did until it took the engine's wait:
+//            an event recorded after the run's work, then cudaEventSynchronize (cudaEventQuery
+//            while it polls).
 // KMSEG_CUDA_STACK_BYTES sets the device's stack limit per thread, as it does for the engine.
 // Run: compute-sanitizer --tool racecheck build/tests/cuda/graph_racecheck_probe while 20
 //      compute-sanitizer --tool memcheck build/tests/cuda/graph_racecheck_probe nested 20 8 512
@@ -77,7 +81,7 @@ struct State {
 };
 
 struct Flags {
-  bool pending = false, mapped = false, local = false, many = false;
+  bool pending = false, mapped = false, local = false, many = false, streamwait = false;
 };
 
 // 0 in exact arithmetic, from 128 doubles of local memory per thread indexed by the thread: the
@@ -218,16 +222,17 @@ cudaGraph_t addConditional(cudaGraph_t graph, cudaGraphNode_t* node, const cudaG
 }
 
 // Waits for the work queued on `s`; with mapped progress, polls it meanwhile as the engine's host
-// does (every 100 us, reading what the device published).
-void waitPolling(cudaStream_t s, cudaEvent_t done, const int* progressHost) {
-  CHECK(cudaEventRecord(done, s));
+// does (every 100 us, reading what the device published). With `onStream`, asks the stream rather
+// than an event recorded on it.
+void waitPolling(cudaStream_t s, cudaEvent_t done, const int* progressHost, bool onStream) {
+  if (!onStream) CHECK(cudaEventRecord(done, s));
   if (!progressHost) {
-    CHECK(cudaEventSynchronize(done));
+    CHECK(onStream ? cudaStreamSynchronize(s) : cudaEventSynchronize(done));
     return;
   }
   volatile const int* p = progressHost;
   for (;;) {
-    const cudaError_t q = cudaEventQuery(done);
+    const cudaError_t q = onStream ? cudaStreamQuery(s) : cudaEventQuery(done);
     if (q != cudaErrorNotReady) CHECK(q);
     (void)p[0];  // read as the engine reads its progress to report it
     if (q == cudaSuccess) return;
@@ -281,7 +286,7 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
       decideKernel<<<1, 1, 0, s>>>(st, 0);
       CHECK(cudaGetLastError());
     }
-    waitPolling(s, done, progressHost);
+    waitPolling(s, done, progressHost, flags.streamwait);
   } else {
     void* busy = nullptr;  // keeps the stream busy while the capture begins
     if (flags.pending) {
@@ -334,7 +339,7 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     CHECK(cudaGraphLaunch(exec, s));
-    waitPolling(s, done, progressHost);
+    waitPolling(s, done, progressHost, flags.streamwait);
     if (busy) CHECK(cudaFree(busy));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
@@ -389,6 +394,8 @@ int main(int argc, char** argv) {
         flags.local = true;
       else if (w == "many")
         flags.many = true;
+      else if (w == "streamwait")
+        flags.streamwait = true;
       else
         flagsOk = false;
     }
@@ -399,7 +406,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: graph_racecheck_probe host|while|nested [ITERATIONS 1..100000 "
                  "[RUNS 1..1000 [BLOCKS 1..4096 [FLAGS: pending (not with host), mapped, local, "
-                 "many, joined by commas]]]]\n");
+                 "many, streamwait, joined by commas]]]]\n");
     return 2;
   }
   // The engine's sanitizer knob, the same here: the device's stack limit per thread in bytes.
