@@ -36,9 +36,9 @@
 //            reads them across its blocks and threads, kernel b writes them, kernel c reads them
 //            again, the values checked through the sums;
 //   streamwait  the host waits for a run on its stream (cudaStreamSynchronize, or with mapped
-//            cudaStreamQuery while it polls), as the probe did until it took the engine's wait:
-//            an event recorded after the run's work, then cudaEventSynchronize (cudaEventQuery
-//            while it polls).
+//            cudaStreamQuery while it polls) and creates no event, as the probe did until it took
+//            the engine's wait: an event recorded after the run's work, then
+//            cudaEventSynchronize (cudaEventQuery while it polls).
 // KMSEG_CUDA_STACK_BYTES sets the device's stack limit per thread, as it does for the engine.
 // Run: compute-sanitizer --tool racecheck build/tests/cuda/graph_racecheck_probe while 20
 //      compute-sanitizer --tool memcheck build/tests/cuda/graph_racecheck_probe nested 20 8 512
@@ -223,7 +223,7 @@ cudaGraph_t addConditional(cudaGraph_t graph, cudaGraphNode_t* node, const cudaG
 
 // Waits for the work queued on `s`; with mapped progress, polls it meanwhile as the engine's host
 // does (every 100 us, reading what the device published). With `onStream`, asks the stream rather
-// than an event recorded on it.
+// than an event recorded on it (`done` is then null).
 void waitPolling(cudaStream_t s, cudaEvent_t done, const int* progressHost, bool onStream) {
   if (!onStream) CHECK(cudaEventRecord(done, s));
   if (!progressHost) {
@@ -260,8 +260,8 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
     CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), progressHost, 0));
     host.progress = dev;
   }
-  cudaEvent_t done;
-  CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  cudaEvent_t done = nullptr;  // streamwait: no event at all
+  if (!flags.streamwait) CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   State* st = nullptr;
   long long* sums = nullptr;
   CHECK(cudaMalloc(&st, sizeof(State)));
@@ -362,7 +362,7 @@ int runOnce(const std::string& shape, int limit, int blocks, int run, const Flag
   for (int* p : host.small)
     if (p) CHECK(cudaFree(p));
   CHECK(cudaFree(st));
-  CHECK(cudaEventDestroy(done));
+  if (done) CHECK(cudaEventDestroy(done));
   const int published = progressHost ? progressHost[0] : limit;
   if (progressHost) CHECK(cudaFreeHost(progressHost));
   if (published != limit) {
