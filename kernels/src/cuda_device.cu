@@ -318,13 +318,6 @@ std::unique_ptr<KMeansEngine> cudaFactory(std::string& whyNot) {
       return nullptr;
     }
   }
-  // A sanitizer knob too: how a run waits for its loop (an event recorded after it, or the
-  // stream itself; README, GPU).
-  if (const char* v = std::getenv("KMSEG_CUDA_WAIT");
-      v && std::string(v) != "event" && std::string(v) != "stream") {
-    whyNot = std::string("KMSEG_CUDA_WAIT='") + v + "' is not event or stream";
-    return nullptr;
-  }
   return std::make_unique<CudaEngine>(devices.front());
 }
 

@@ -3390,8 +3390,6 @@ class Run final : public LloydRun {
     const char* hostLoop = std::getenv("KMSEG_CUDA_HOST_LOOP");
     hostLoop_ = hostLoop && *hostLoop && std::string(hostLoop) != "0";
     args_.hostLoop = hostLoop_;
-    const char* wait = std::getenv("KMSEG_CUDA_WAIT");
-    waitOnStream_ = wait && std::string(wait) == "stream";
     args_.persistent = persistent_;
     // The graph is captured while the uploads and clearing of the new buffers still run (the
     // capture is host work; its launch follows them on this stream). Waiting for them before the
@@ -3416,16 +3414,12 @@ class Run final : public LloydRun {
         if (control.cancelled()) m->cancel = 1;
       }
     };
-    // KMSEG_CUDA_WAIT=stream, a knob for compute-sanitizer runs: no events around the loop; the
-    // host asks the stream whether it is done, and the device time is the host's time from the
-    // launch to the answer.
-    if (!waitOnStream_) start_.record(stream_.get());
-    const auto launched = std::chrono::steady_clock::now();
+    start_.record(stream_.get());
     launchLoop([&] {
       report(std::min(int(m->completed), maxIt_), traceHost_.host());
       if (control.cancelled()) m->cancel = 1;
     });
-    if (!waitOnStream_) stop_.record(stream_.get());
+    stop_.record(stream_.get());
     // The result's labels take their pages on another thread while the device runs (48 MB at
     // 12 megapixels, about 20-30 ms on the H200's host); this thread keeps polling,
     // so that a cancel request still reaches the device within an iteration.
@@ -3434,10 +3428,8 @@ class Run final : public LloydRun {
       resizeFresh(v, n);
       return v;
     });
-    std::chrono::steady_clock::time_point finished;
     for (;;) {
-      const cudaError_t q =
-          waitOnStream_ ? cudaStreamQuery(stream_.get()) : cudaEventQuery(stop_.get());
+      const cudaError_t q = cudaEventQuery(stop_.get());
       if (q != cudaSuccess && q != cudaErrorNotReady) {
         // A fault of any kernel of the loop surfaces here: name the loop and its sizes.
         const std::string step = "the Lloyd loop on the device (N = " + std::to_string(n_) +
@@ -3449,10 +3441,7 @@ class Run final : public LloydRun {
       const int done = std::min(int(m->completed), maxIt_);
       std::atomic_thread_fence(std::memory_order_acquire);
       report(done, traceHost_.host());
-      if (q == cudaSuccess) {
-        finished = std::chrono::steady_clock::now();
-        break;
-      }
+      if (q == cudaSuccess) break;
       if (control.cancelled()) m->cancel = 1;
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -3468,8 +3457,7 @@ class Run final : public LloydRun {
     KMeansResult r;
     r.mode = in_.params.mode;
     r.working = in_.working;
-    r.deviceSeconds = waitOnStream_ ? std::chrono::duration<double>(finished - launched).count()
-                                    : 1e-3 * stop_.since(start_);
+    r.deviceSeconds = 1e-3 * stop_.since(start_);
     r.labels = labels.get();
     downloadLabels(r.labels.data(), labels_.get(), n_, stream_.get(), *staging_);
     const std::size_t kd = std::size_t(k_) * d_;
@@ -3882,7 +3870,6 @@ class Run final : public LloydRun {
   std::unique_ptr<Staging> ownStaging_;  ///< when the inputs bring none
   Staging* staging_ = nullptr;
   bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false, hostLoop_ = false;
-  bool waitOnStream_ = false;   ///< KMSEG_CUDA_WAIT=stream: run() waits on the stream, not events
   bool tiled_ = false;          // the generic pass labels by tiles (D >= kTiledMinD)
   bool persistent_ = false;     // loopFastKernel runs the inner loop (choosePersistent)
   std::size_t loopShared_ = 0;  // its dynamic shared memory

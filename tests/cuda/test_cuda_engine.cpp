@@ -1598,42 +1598,6 @@ TEST(CudaEngine, StackKnobSetsTheLimitOrSaysWhyNot) {
   ASSERT_EQ(cudaDeviceSetLimit(cudaLimitStackSize, before), cudaSuccess);
 }
 
-// KMSEG_CUDA_WAIT (a knob for compute-sanitizer runs of the graph loop): with `stream` a run waits
-// on its stream instead of on an event recorded after the loop, and gives the same run bit for bit,
-// with every iteration's progress and a device time; a value other than event or stream leaves
-// Auto on the CPU, saying why, and Backend::Cuda refuses with the same reason.
-TEST(CudaEngine, WaitKnobGivesTheSameRunOrSaysWhyNot) {
-  KMSEG_REQUIRE_GPU();
-  registerCudaEngine();
-  const Matrix data = randomData(20000, 5, 57);
-  const Matrix init = gatherRows(data, {0, 1, 2, 3, 4, 5, 6, 7});
-  for (Mode mode : {Mode::Fp32, Mode::Fp16Fp32, Mode::Bf16Fp64}) {
-    SCOPED_TRACE(modeName(mode));
-    const KMeansParams p = paramsFor(mode, 8, 40);
-    const KMeansResult onEvent = makeCudaEngine()->run(data, init, p);
-    for (const char* wait : {"stream", "event"}) {
-      SCOPED_TRACE(std::string("KMSEG_CUDA_WAIT=") + wait);
-      ScopedEnv env("KMSEG_CUDA_WAIT", wait);
-      const EngineChoice c = makeEngine(Backend::Cuda);
-      int calls = 0;
-      RunControl control;
-      control.progress = [&](const IterationStats& s) { EXPECT_EQ(s.iteration, ++calls); };
-      const KMeansResult r = c.engine->run(data, init, p, control);
-      expectSameRun(r, onEvent);
-      EXPECT_EQ(calls, r.iterations);
-      EXPECT_GT(r.deviceSeconds, 0.0);
-    }
-  }
-  for (const char* bad : {"Stream", "", "events"}) {
-    SCOPED_TRACE(std::string("KMSEG_CUDA_WAIT='") + bad + "'");
-    ScopedEnv env("KMSEG_CUDA_WAIT", bad);
-    const EngineChoice c = makeEngine(Backend::Auto);
-    EXPECT_EQ(c.backend, Backend::Cpu);
-    EXPECT_NE(c.note.find("KMSEG_CUDA_WAIT='"), std::string::npos) << c.note;
-    EXPECT_THROW(makeEngine(Backend::Cuda), BackendError);
-  }
-}
-
 // A real device out-of-memory, not a stand-in: the test takes nearly all of the device's free
 // memory, then runs on Auto's GPU engine data that no longer fits. The run is done on the CPU,
 // gives the CPU engine's result and says why; the engine's later runs stay on the CPU.
