@@ -1712,6 +1712,17 @@ inline constexpr int kFastMinBlocks =
                ? (kPackedPass<LowT, true> && std::is_same_v<HighT, double> ? 2 : 3)
                : 4);
 
+/// The fast pass's variant for grids of few blocks: at most kFewMinBlocks blocks per SM, and so
+/// up to 65536 / (256 kFewMinBlocks) registers, where the pass's grid needs no more resident
+/// blocks than that (Run::chooseFastShape). The grid, and so every result, is the same as with
+/// kFastMinBlocks; only the register cap differs, which at 80 registers (three blocks) made the
+/// mixed passes spill (bf16>fp64 48 bytes in the pass, fp16>fp32 28 in the persistent loop).
+/// Equal to kFastMinBlocks where that is two or fewer: no second variant is compiled then.
+template <class LowT, class HighT, class WT>
+inline constexpr int kFewMinBlocks = (!std::is_void_v<HighT> && kFastMinBlocks<LowT, HighT, WT> > 2)
+                                         ? 2
+                                         : kFastMinBlocks<LowT, HighT, WT>;
+
 /// A thread's kFastPoints = 4 consecutive labels as one word (uint8 labels: 32 bits, uint16: 64),
 /// label p in bits [p b, (p + 1) b) for b = kLabelBits.
 template <class LabelT>
@@ -2357,8 +2368,9 @@ __device__ __forceinline__ void assignFastPass(const Args<LowT, HighT, WT, Label
 }
 
 /// The fast pass, once (see assignFastPass).
-template <class LowT, class HighT, class WT, class LabelT, int DT>
-__global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
+template <class LowT, class HighT, class WT, class LabelT, int DT,
+          int MinBlocks = kFastMinBlocks<LowT, HighT, WT>>
+__global__ void __launch_bounds__(kAssignThreads, MinBlocks)
     assignFastKernel(Args<LowT, HighT, WT, LabelT> a, int assign) {
   assignFastPass<LowT, HighT, WT, LabelT, DT>(a, assign);
 }
@@ -2519,8 +2531,9 @@ __global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
 /// / 0.0256; fp16>fp32 level). It is launched cooperatively: all its blocks are resident, so no
 /// wait is for a block that cannot run. Shared memory: the pass's, and at least
 /// kUpdateShared<WT> bytes for the update and kOneBlockThreads doubles for the SSE's sum.
-template <class LowT, class HighT, class WT, class LabelT, int DT>
-__global__ void __launch_bounds__(kAssignThreads, (kFastMinBlocks<LowT, HighT, WT>))
+template <class LowT, class HighT, class WT, class LabelT, int DT,
+          int MinBlocks = kFastMinBlocks<LowT, HighT, WT>>
+__global__ void __launch_bounds__(kAssignThreads, MinBlocks)
     loopFastKernel(Args<LowT, HighT, WT, LabelT> a) {
   extern __shared__ __align__(16) unsigned char loopSmem[];
   for (;;) {
@@ -3573,6 +3586,18 @@ class Run final : public LloydRun {
     return st;
   }
 
+  // The fast pass's kernels, of the variant chooseFastShape took (few_).
+  auto fastKernel() const {
+    constexpr int kFew = kFewMinBlocks<LowT, HighT, WT>;
+    return few_ ? &assignFastKernel<LowT, HighT, WT, LabelT, kFastD, kFew>
+                : &assignFastKernel<LowT, HighT, WT, LabelT, kFastD>;
+  }
+  auto loopKernel() const {
+    constexpr int kFew = kFewMinBlocks<LowT, HighT, WT>;
+    return few_ ? &loopFastKernel<LowT, HighT, WT, LabelT, kFastD, kFew>
+                : &loopFastKernel<LowT, HighT, WT, LabelT, kFastD>;
+  }
+
   // The fast pass's tile boxes (once per run, before the loop), when it prunes.
   void launchBoxes(cudaStream_t s) {
     if constexpr (kFastD > 0) {
@@ -3586,7 +3611,7 @@ class Run final : public LloydRun {
   void launchAssignReseed(cudaStream_t s) {
     if constexpr (kFastD > 0) {
       if (persistent_) {
-        auto kernel = loopFastKernel<LowT, HighT, WT, LabelT, kFastD>;
+        auto kernel = loopKernel();
         KMSEG_LAUNCH_COOPERATIVE(kernel, unsigned(blocks_), kAssignThreads, loopShared_, s, args_);
         return;
       }
@@ -3634,7 +3659,7 @@ class Run final : public LloydRun {
   void launchAssignFor(cudaStream_t s, int assign) {
     if constexpr (DT == kFastD) {
       if (fast_) {
-        auto kernel = assignFastKernel<LowT, HighT, WT, LabelT, DT>;
+        auto kernel = fastKernel();
         KMSEG_LAUNCH(kernel, unsigned(blocks_), kAssignThreads, shared_, s, args_, assign);
         return;
       }
@@ -3682,7 +3707,7 @@ class Run final : public LloydRun {
       int cooperative = 0;
       KMSEG_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device_));
       if (!cooperative) return;
-      auto kernel = loopFastKernel<LowT, HighT, WT, LabelT, kFastD>;
+      auto kernel = loopKernel();
       const std::size_t shared =
           std::max({shared_, kUpdateShared<WT>, kOneBlockThreads * sizeof(double)});
       KMSEG_CUDA_CHECK(
@@ -3762,6 +3787,23 @@ class Run final : public LloydRun {
     blocks = std::min(blocks, std::max(1ll, (tiles + kWarps - 1) / kWarps));
     // Unless forced, off counts whose blocks keep to a few image columns (spreadBlocks).
     if (forced <= 0) blocks = spreadBlocks(blocks, tiles, cols, kWarps);
+    // The variant with more registers (kFewMinBlocks) where its resident blocks hold this grid;
+    // KMSEG_CUDA_FEW=0 keeps the other (for comparisons). The grid stays as it is.
+    if constexpr (kFewMinBlocks<LowT, HighT, WT> != kFastMinBlocks<LowT, HighT, WT>) {
+      const char* few = std::getenv("KMSEG_CUDA_FEW");
+      auto fewKernel =
+          assignFastKernel<LowT, HighT, WT, LabelT, kFastD, kFewMinBlocks<LowT, HighT, WT>>;
+      KMSEG_CUDA_CHECK(cudaFuncSetAttribute(fewKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(shared_)));
+      int fewPerSm = 0;
+      KMSEG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fewPerSm, fewKernel,
+                                                                     kAssignThreads, shared_));
+      if (!(few && std::string_view(few) == "0") && fewPerSm > 0 &&
+          blocks <= (long long)fewPerSm * sms) {
+        few_ = true;
+        perSm_ = fewPerSm;
+      }
+    }
     tileW_ = int(width);
     tileRows_ = int(rows);
     tileCols_ = int(cols);
@@ -3872,6 +3914,7 @@ class Run final : public LloydRun {
   bool sharedAcc_ = false, sharedCentres_ = false, fast_ = false, hostLoop_ = false;
   bool tiled_ = false;          // the generic pass labels by tiles (D >= kTiledMinD)
   bool persistent_ = false;     // loopFastKernel runs the inner loop (choosePersistent)
+  bool few_ = false;            // the fast pass's kFewMinBlocks variant (chooseFastShape)
   std::size_t loopShared_ = 0;  // its dynamic shared memory
   int perSm_ = 0;               // the fast pass's resident blocks per SM
   int fastSlotShift_ = 0;

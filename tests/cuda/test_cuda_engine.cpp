@@ -1188,6 +1188,59 @@ TEST_P(CudaEveryMode, PersistentLoopIsBitIdenticalToTheKernelChain) {
   EXPECT_TRUE(timeCudaRun(large, largeInit, one, 1).persistentLoop);
 }
 
+// The mixed passes of W = fp32 that hold three blocks per SM (fp16>fp32, bf16>fp32, bf16>fp64,
+// fp32>fp64: 80 registers) have a variant of two (128 registers, kFewMinBlocks) that they take
+// where two blocks per SM hold the pass's grid: the coffee photo's 1 900 tiles make 238 blocks,
+// within the 2 x 132 of an H100 or H200. The grid is the same, so the results must be too, bit
+// for bit (KMSEG_CUDA_FEW=0 keeps the three-block variant), in the persistent loop and in the
+// graph's chain; 2 000 000 rows (15 625 tiles) keep the three-block grid. Every other mode has
+// one variant, the same either way.
+TEST_P(CudaEveryMode, FewBlocksVariantIsBitIdentical) {
+  KMSEG_REQUIRE_GPU();
+  const Mode mode = GetParam();
+  auto gpu = makeCudaEngine();
+  const Photo coffeePhoto = photo("samples/coffee.png");
+  const Matrix& coffee = coffeePhoto.features;
+  const Matrix init = gatherRows(coffee, chooseInitialCentres(coffee, 32, Init::RandomPoints, 7));
+  KMeansParams p = paramsFor(mode, 32, 60);
+  p.imageWidth = coffeePhoto.width;
+  KMeansParams one = p;
+  one.maxIterations = 1;
+  const bool hasFew = mode == Mode::Fp16Fp32 || mode == Mode::Bf16Fp32 || mode == Mode::Bf16Fp64 ||
+                      mode == Mode::Fp32Fp64;
+  const CudaTiming few = timeCudaRun(coffee, init, one, 1);
+  const KMeansResult fewRun = gpu->run(coffee, init, p);
+  CudaTiming other;
+  KMeansResult otherRun, fewChain;
+  {
+    ScopedEnv env("KMSEG_CUDA_FEW", "0");
+    other = timeCudaRun(coffee, init, one, 1);
+    otherRun = gpu->run(coffee, init, p);
+  }
+  {
+    // The pass's own kernel (the graph's chain) rather than the persistent loop's.
+    ScopedEnv env("KMSEG_CUDA_PERSISTENT", "0");
+    const CudaTiming chain = timeCudaRun(coffee, init, one, 1);
+    EXPECT_FALSE(chain.persistentLoop);
+    EXPECT_EQ(chain.passBlocksPerSm, few.passBlocksPerSm);
+    fewChain = gpu->run(coffee, init, p);
+  }
+  EXPECT_TRUE(few.persistentLoop);
+  expectSameRun(fewRun, fewChain);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  EXPECT_EQ(few.passBlocks, other.passBlocks);
+  EXPECT_EQ(few.passBlocksPerSm, hasFew && few.passBlocks <= 2 * sms ? 2 : other.passBlocksPerSm);
+  if (hasFew) EXPECT_EQ(other.passBlocksPerSm, 3);
+  expectSameRun(fewRun, otherRun);
+  const Matrix large = randomData(2'000'000, 5, 11);
+  const Matrix largeInit =
+      gatherRows(large, chooseInitialCentres(large, 32, Init::RandomPoints, 1));
+  const CudaTiming many = timeCudaRun(large, largeInit, paramsFor(mode, 32, 1), 1);
+  if (hasFew) EXPECT_EQ(many.passBlocksPerSm, 3) << many.passBlocks << " blocks";
+  EXPECT_GT(many.passBlocks, few.passBlocks);
+}
+
 TEST(CudaEngine, PersistentLoopCancelsWithinOneIteration) {
   KMSEG_REQUIRE_GPU();
   auto gpu = makeCudaEngine();
