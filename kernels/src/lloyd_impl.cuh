@@ -2367,7 +2367,8 @@ __device__ __forceinline__ void assignFastPass(const Args<LowT, HighT, WT, Label
   if (assign) addBlockCounts(changed, fallbacks, cycleDiff, totals, a.state);
 }
 
-/// The fast pass, once (see assignFastPass).
+/// The fast pass, once (see assignFastPass). MinBlocks: kFastMinBlocks, or kFewMinBlocks for the
+/// small grids that Run::chooseFastShape gives that variant.
 template <class LowT, class HighT, class WT, class LabelT, int DT,
           int MinBlocks = kFastMinBlocks<LowT, HighT, WT>>
 __global__ void __launch_bounds__(kAssignThreads, MinBlocks)
@@ -2531,6 +2532,7 @@ __global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
 /// / 0.0256; fp16>fp32 level). It is launched cooperatively: all its blocks are resident, so no
 /// wait is for a block that cannot run. Shared memory: the pass's, and at least
 /// kUpdateShared<WT> bytes for the update and kOneBlockThreads doubles for the SSE's sum.
+/// MinBlocks as for assignFastKernel.
 template <class LowT, class HighT, class WT, class LabelT, int DT,
           int MinBlocks = kFastMinBlocks<LowT, HighT, WT>>
 __global__ void __launch_bounds__(kAssignThreads, MinBlocks)
