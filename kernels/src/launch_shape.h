@@ -85,4 +85,13 @@ inline bool persistentLoop(std::string_view knob, bool packed, long long tiles, 
   return tiles <= maxRounds * blocks * warps || (packed && !execTimeout);
 }
 
+/// Whether the fast pass takes its variant for grids of few blocks (kFewMinBlocks, more registers,
+/// Run::chooseFastShape): where `fewPerSm` blocks per SM of that variant, on `sms` SMs, hold the
+/// grid of `blocks` that the other variant would launch, so that the grid and every result stay
+/// the same. `knob` is KMSEG_CUDA_FEW: "0" keeps the other variant (for comparisons); any other
+/// value leaves the choice to the rule.
+inline bool fewBlocksVariant(std::string_view knob, long long blocks, int fewPerSm, int sms) {
+  return knob != "0" && fewPerSm > 0 && blocks <= (long long)fewPerSm * sms;
+}
+
 }  // namespace kmseg::cuda

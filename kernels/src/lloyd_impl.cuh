@@ -3789,8 +3789,8 @@ class Run final : public LloydRun {
     blocks = std::min(blocks, std::max(1ll, (tiles + kWarps - 1) / kWarps));
     // Unless forced, off counts whose blocks keep to a few image columns (spreadBlocks).
     if (forced <= 0) blocks = spreadBlocks(blocks, tiles, cols, kWarps);
-    // The variant with more registers (kFewMinBlocks) where its resident blocks hold this grid;
-    // KMSEG_CUDA_FEW=0 keeps the other (for comparisons). The grid stays as it is.
+    // The variant with more registers (kFewMinBlocks) where its resident blocks hold this grid
+    // (fewBlocksVariant). The grid stays as it is.
     if constexpr (kFewMinBlocks<LowT, HighT, WT> != kFastMinBlocks<LowT, HighT, WT>) {
       const char* few = std::getenv("KMSEG_CUDA_FEW");
       auto fewKernel =
@@ -3800,8 +3800,7 @@ class Run final : public LloydRun {
       int fewPerSm = 0;
       KMSEG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fewPerSm, fewKernel,
                                                                      kAssignThreads, shared_));
-      if (!(few && std::string_view(few) == "0") && fewPerSm > 0 &&
-          blocks <= (long long)fewPerSm * sms) {
+      if (fewBlocksVariant(few ? few : "", blocks, fewPerSm, sms)) {
         few_ = true;
         perSm_ = fewPerSm;
       }

@@ -1781,6 +1781,23 @@ TEST(CudaLaunchShape, PersistentLoopForShortOrPackedPasses) {
   }
 }
 
+// Which variant of the fast pass a run takes (fewBlocksVariant, host logic only: runs without a
+// device): the one of two blocks per SM where two per SM hold the grid, on the H200's 132 SMs
+// (0.26 MP: 257 blocks; 12 MP: 396), unless the knob is "0"; none where the occupancy query found
+// no block fits.
+TEST(CudaLaunchShape, FewBlocksVariantWhereItsBlocksHoldTheGrid) {
+  using cuda::fewBlocksVariant;
+  EXPECT_TRUE(fewBlocksVariant("", 257, 2, 132));
+  EXPECT_TRUE(fewBlocksVariant("", 264, 2, 132));
+  EXPECT_FALSE(fewBlocksVariant("", 265, 2, 132));
+  EXPECT_FALSE(fewBlocksVariant("", 396, 2, 132));
+  EXPECT_TRUE(fewBlocksVariant("", 1, 1, 1));
+  EXPECT_FALSE(fewBlocksVariant("", 1, 0, 132));
+  EXPECT_FALSE(fewBlocksVariant("0", 257, 2, 132));
+  EXPECT_TRUE(fewBlocksVariant("1", 257, 2, 132));
+  EXPECT_TRUE(fewBlocksVariant("no", 257, 2, 132));
+}
+
 // The fast pass's block count moves off counts whose blocks keep their image columns round after
 // round (host arithmetic only: runs without a device). Tile columns and bands of the bench photo
 // resized on the H200 (132 SMs: 264, 396, 528 or 792 blocks).
