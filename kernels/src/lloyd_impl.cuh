@@ -3129,6 +3129,10 @@ class Run final : public LloydRun {
   using H = typename A::H;
   static constexpr bool kFallback = A::kFallback;
   static constexpr bool kSharedLow = std::is_same_v<LowT, WT>;
+  // The fast pass's blocks per SM in its variant for small grids (few_), and whether that is a
+  // second variant.
+  static constexpr int kFew = kFewMinBlocks<LowT, HighT, WT>;
+  static constexpr bool kHasFew = kFew != kFastMinBlocks<LowT, HighT, WT>;
 
  public:
   explicit Run(const RunInputs& in) : in_(in) {
@@ -3590,12 +3594,10 @@ class Run final : public LloydRun {
 
   // The fast pass's kernels, of the variant chooseFastShape took (few_).
   auto fastKernel() const {
-    constexpr int kFew = kFewMinBlocks<LowT, HighT, WT>;
     return few_ ? &assignFastKernel<LowT, HighT, WT, LabelT, kFastD, kFew>
                 : &assignFastKernel<LowT, HighT, WT, LabelT, kFastD>;
   }
   auto loopKernel() const {
-    constexpr int kFew = kFewMinBlocks<LowT, HighT, WT>;
     return few_ ? &loopFastKernel<LowT, HighT, WT, LabelT, kFastD, kFew>
                 : &loopFastKernel<LowT, HighT, WT, LabelT, kFastD>;
   }
@@ -3791,10 +3793,9 @@ class Run final : public LloydRun {
     if (forced <= 0) blocks = spreadBlocks(blocks, tiles, cols, kWarps);
     // The variant with more registers (kFewMinBlocks) where its resident blocks hold this grid
     // (fewBlocksVariant). The grid stays as it is.
-    if constexpr (kFewMinBlocks<LowT, HighT, WT> != kFastMinBlocks<LowT, HighT, WT>) {
+    if constexpr (kHasFew) {
       const char* few = std::getenv("KMSEG_CUDA_FEW");
-      auto fewKernel =
-          assignFastKernel<LowT, HighT, WT, LabelT, kFastD, kFewMinBlocks<LowT, HighT, WT>>;
+      auto fewKernel = assignFastKernel<LowT, HighT, WT, LabelT, kFastD, kFew>;
       KMSEG_CUDA_CHECK(cudaFuncSetAttribute(fewKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             int(shared_)));
       int fewPerSm = 0;
