@@ -175,6 +175,12 @@ struct DeviceState {
   int cancelled;                 // 1 when the host's cancel flag ended the loop
   int cancelSeen;                // the host's cancel flag as this iteration's reduceKernel read it
   RepeatSearch repeat;           // the repeat rule's candidate (KMeansParams::detectRepeats)
+  // Work that loopFastKernel's update leaves to block 0's wait of the next iteration
+  // (finishDeferred): the iteration whose repeat record is due, 0 when none, and whether that
+  // record searches the window; the iteration whose progress the host has not been shown yet.
+  int repeatDue;
+  int repeatSearches;
+  int publishDue;
   // loopFastKernel's signals, counted over the run: blocks whose pass of an iteration is done,
   // reducing blocks done, and the iteration whose update is done.
   unsigned long long loopArrived, loopReduced, loopDone;
@@ -2447,7 +2453,9 @@ __global__ void __launch_bounds__(kReduceThreads) reduceKernel(A a, int always) 
 }
 
 template <class A>
-__device__ void update(const A& a, unsigned char* smem);
+__device__ void update(const A& a, unsigned char* smem, bool defer = false);
+template <class A>
+__device__ void finishDeferred(const A& a);
 template <class A>
 __device__ void ssePass(const A& a, double* buf);
 template <class A>
@@ -2485,19 +2493,19 @@ __device__ inline bool reseedBefore(WT da, long long ia, WT db, long long ib) {
 /// Sets the IF condition when a cluster is empty; otherwise runs the update. One block, with
 /// `buf` holding kUpdateShared<WT> bytes; returns whether a cluster is empty (in every thread).
 template <class A>
-__device__ __forceinline__ int checkEmpty(const A& a, unsigned char* buf) {
+__device__ __forceinline__ int checkEmpty(const A& a, unsigned char* buf, bool defer = false) {
   int empty = 0;
   for (int j = threadIdx.x; j < a.k; j += blockDim.x) empty |= a.counts[j] == 0;
   empty = __syncthreads_or(empty);
   if (threadIdx.x == 0) {
     a.state->reseeding = empty;
-    if (!a.hostLoop) {
+    if (!a.hostLoop && !defer) {
       cudaGraphSetConditional(a.ifHandle, empty ? 1u : 0u);
       // An empty cluster leaves the inner loop for the re-seeding branch.
       if (hasInnerLoop(a) && empty) cudaGraphSetConditional(a.innerHandle, 0u);
     }
   }
-  if (!empty) update(a, buf);
+  if (!empty) update(a, buf, defer);
   return empty;
 }
 
@@ -2509,17 +2517,32 @@ __global__ void __launch_bounds__(kOneBlockThreads) checkEmptyKernel(A a) {
   checkEmpty(a, buf);
 }
 
+/// The graph's conditions as loopFastKernel leaves them, set once as it returns: the update
+/// (publish) and checkEmpty leave them to it, as only the last values count. The IF branch
+/// re-seeds when a cluster is empty; the loop goes on unless the run stopped or was cancelled
+/// (with the SSE trace publishSse sets that one itself). After a re-seeding no update ran, and
+/// the while condition is 1, as it has been all along (the graph would have ended otherwise).
+template <class A>
+__device__ void setLoopConditions(const A& a) {
+  const DeviceState& s = *a.state;
+  cudaGraphSetConditional(a.ifHandle, s.reseeding ? 1u : 0u);
+  if (!a.traceSse)
+    cudaGraphSetConditional(a.whileHandle, s.reseeding || !(s.stop || s.cancelled) ? 1u : 0u);
+}
+
 /// The assignment loop as one persistent kernel (Run::persistent_), for photos small enough that
 /// the fast pass's blocks are all resident at once. Per iteration: every block runs the fast pass
 /// and signals (DeviceState::loopArrived); the first `reducers` blocks wait for every block's
 /// signal, reduce (warp w of them takes elements w, w + 8 reducers, ... with reduceElement's
 /// order) and signal (loopReduced); block 0, which has read the host's cancel flag meanwhile,
 /// waits for them, runs checkEmpty() (the update, unless a cluster is empty) and signals the
-/// iteration done (loopDone); every block waits for that. With the SSE trace every block then
-/// runs the SSE pass and signals (loopSse), and block 0 adds the partials and publishes the trace
-/// entry (loopPublished), as sseKernel and publishKernel do. So it runs the chain
-/// assignFastKernel, reduceKernel, checkEmptyKernel in the same order on the same data, bit for
-/// bit, without the graph's launches between them. It leaves the loop when the update (or with
+/// iteration done (loopDone); every block waits for that. The update leaves two steps that no
+/// block needs before the next update to block 0's warp 0 in the next iteration, after its pass
+/// (finishDeferred): the repeat rule's record and the progress shown to the host. With the SSE
+/// trace every block then runs the SSE pass and signals (loopSse), and block 0 adds the partials
+/// and publishes the trace entry (loopPublished), as sseKernel and publishKernel do. So it runs the
+/// chain assignFastKernel, reduceKernel, checkEmptyKernel in the same order on the same data, bit
+/// for bit, without the graph's launches between them. It leaves the loop when the update (or with
 /// the SSE trace, the publishing) stopped it (stop test or cancel), when a cluster is empty (the
 /// graph's IF branch re-seeds, the graph's sseKernel and publishKernel complete that iteration
 /// when the SSE is traced, and the outer loop launches it again), or after one iteration with the
@@ -2548,6 +2571,9 @@ __global__ void __launch_bounds__(kAssignThreads, MinBlocks)
     // The update's cancel flag (with the SSE trace publishSse reads its own); its trip overlaps.
     int cancel = 0;
     if (!a.traceSse && blockIdx.x == 0 && threadIdx.x == 0) cancel = readCancel(a);
+    // What the last update left for later, while the other blocks finish their pass: off the
+    // chain from the last block's signal to the next pass.
+    if (blockIdx.x == 0 && threadIdx.x < 32) finishDeferred(a);
     if (int(blockIdx.x) < reducers) {
       waitAtLeast(&a.state->loopArrived, it * gridDim.x);
       for (int e = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5); e < elements;
@@ -2559,7 +2585,7 @@ __global__ void __launch_bounds__(kAssignThreads, MinBlocks)
     if (blockIdx.x == 0) {
       if (threadIdx.x == 0) a.state->cancelSeen = cancel;
       waitAtLeast(&a.state->loopReduced, it * (unsigned long long)reducers);
-      checkEmpty(a, loopSmem);
+      checkEmpty(a, loopSmem, true);
       __syncthreads();  // the update's writes are done
       if (threadIdx.x == 0) storeRelease(&a.state->loopDone, it);
     }
@@ -2586,7 +2612,13 @@ __global__ void __launch_bounds__(kAssignThreads, MinBlocks)
         waitAtLeast(&a.state->loopPublished, it);
       }
     }
-    if (a.hostLoop || st.stop || st.cancelled || st.reseeding) break;
+    if (a.hostLoop || st.stop || st.cancelled || st.reseeding) {
+      // Nothing is left for a later kernel: the graph's, the next launch's and the host's
+      // readers find the state as the chain's update leaves it.
+      if (blockIdx.x == 0 && threadIdx.x < 32) finishDeferred(a);
+      if (blockIdx.x == 0 && threadIdx.x == 0 && !a.hostLoop) setLoopConditions(a);
+      break;
+    }
   }
 }
 
@@ -2783,16 +2815,27 @@ __global__ void __launch_bounds__(kOneBlockThreads) reseedPickKernel(A a) {
   if (threadIdx.x == 0) a.state->empty = events;
 }
 
-// Writes the trace entry `e` of iteration `it` (already in a.trace) to mapped memory, publishes
-// the progress and sets the loop condition from the stop test and `cancel` (the update's
-// DeviceState::cancelSeen, publishKernel's own readCancel). Thread 0 only.
+// Writes the trace entry `e` of iteration `it` to mapped memory and then the progress, which the
+// host polls. The system-scope fence between them waits for the entry's trip over the bus (about
+// 0.7 us). Thread 0 only.
 template <class A>
-__device__ void publish(const A& a, int it, int cancel, const TraceEntry& e) {
+__device__ void showProgress(const A& a, int it, const TraceEntry& e) {
   a.traceHost[it - 1] = e;
   __threadfence_system();
   *reinterpret_cast<volatile int*>(&a.mapped->completed) = it;
+}
+
+// Shows the host the trace entry `e` of iteration `it` (already in a.trace), or with `defer`
+// leaves that to finishDeferred, and sets the loop condition from the stop test and `cancel` (the
+// update's DeviceState::cancelSeen, publishKernel's own readCancel). Thread 0 only.
+template <class A>
+__device__ void publish(const A& a, int it, int cancel, const TraceEntry& e, bool defer = false) {
+  if (defer)
+    a.state->publishDue = it;
+  else
+    showProgress(a, it, e);
   if (cancel && !a.state->stop) a.state->cancelled = 1;
-  if (!a.hostLoop) {
+  if (!a.hostLoop && !defer) {
     const unsigned go = (a.state->stop || cancel) ? 0u : 1u;
     cudaGraphSetConditional(a.whileHandle, go);
     // Also after the re-seeding branch, for the inner loop's next entry.
@@ -2842,27 +2885,45 @@ __device__ inline double shiftOfLanes(double m, double z, double* lanes) {
 /// (the block's threads past a barrier since), by warp 0 alone, with no shared memory and no
 /// block barrier (a block-wide version, its warps' hashes summed through shared memory, made
 /// racecheck report hazards between those writes and the reads past the barrier that separated
-/// them, after the update's named barrier of its first 256 threads). Returns, in every lane, the
-/// period when the centres equal the candidate's copy, else 0; lane 0 records the hash and the
-/// next candidate when the hash meets one of the window's (the latest such iteration).
+/// them, after the update's named barrier of its first 256 threads). In two steps: repeatCheck
+/// decides this iteration's stop, repeatRecord records the hash and searches the window, which
+/// only later iterations need (loopFastKernel runs it in the next iteration, finishDeferred).
+struct RepeatCheck {
+  int period;     // the candidate's period when the centres equal its copy, else 0
+  bool searches;  // whether repeatRecord searches the window for this iteration's hash
+};
+
+/// Whether iteration `it` checks the candidate and its centres equal the candidate's copy: the
+/// same in every lane.
 template <class A>
-__device__ int repeatStep(const A& a, int it) {
+__device__ RepeatCheck repeatCheck(const A& a, int it) {
   const int lane = int(threadIdx.x & 31);
   const int kd = a.k * a.d;
   const RepeatSearch rs = a.state->repeat;
   const bool check = rs.checksAt(it);
-  unsigned long long h = 0;  // the terms' sum wraps: any order gives the same hash
   bool same = true;
-  for (int e = lane; e < kd; e += 32) {
-    const std::uint64_t bits = entryBits(a.cw[e]);
-    h += repeatHashTerm(bits, std::uint64_t(e));
-    if (check) same = same && bits == entryBits(a.repeatCopy[e]);
-  }
-  for (int o = 16; o > 0; o >>= 1) h += __shfl_xor_sync(0xffffffffu, h, o);
+  if (check)
+    for (int e = lane; e < kd; e += 32)
+      same = same && entryBits(a.cw[e]) == entryBits(a.repeatCopy[e]);
   same = __all_sync(0xffffffffu, same);
   const int period = check && same ? rs.period : 0;
+  return {period, period == 0 && (rs.candidate == 0 || check)};
+}
+
+/// Iteration `it`'s hash of the centres (still in a.cw) into the window; with `searches`, the
+/// latest earlier iteration of the same hash becomes the candidate (its centres copied), and the
+/// candidate checked at `it` is dropped. The state as repeatCheck found it (nothing else writes
+/// it between the two).
+template <class A>
+__device__ void repeatRecord(const A& a, int it, bool searches) {
+  const int lane = int(threadIdx.x & 31);
+  const int kd = a.k * a.d;
+  const bool check = a.state->repeat.checksAt(it);
+  unsigned long long h = 0;  // the terms' sum wraps: any order gives the same hash
+  for (int e = lane; e < kd; e += 32) h += repeatHashTerm(entryBits(a.cw[e]), std::uint64_t(e));
+  for (int o = 16; o > 0; o >>= 1) h += __shfl_xor_sync(0xffffffffu, h, o);
   int found = 0;
-  if (period == 0 && (rs.candidate == 0 || check)) {
+  if (searches) {
     // Each lane's first match is its latest; the warp takes the latest of the lanes'.
     for (int t = it - 2 - lane; t >= RepeatSearch::firstLookedAt(it); t -= 32)
       if (a.repeatHashes[t % kRepeatWindow] == h) {
@@ -2879,7 +2940,25 @@ __device__ int repeatStep(const A& a, int it) {
     if (check) a.state->repeat = RepeatSearch{};
     if (found > 0) a.state->repeat = RepeatSearch{it, it - found};
   }
-  return period;
+}
+
+/// What update() left for later: the repeat record and the progress shown to the host. Warp 0
+/// of the update's block, its lanes together; before the next update reads the repeat state.
+template <class A>
+__device__ void finishDeferred(const A& a) {
+  DeviceState& s = *a.state;
+  __syncwarp();  // thread 0's writes of the state are seen by every lane
+  const int due = s.repeatDue;
+  if (due) repeatRecord(a, due, s.repeatSearches != 0);
+  __syncwarp();  // every lane has read the state before lane 0 clears it
+  if (threadIdx.x == 0) {
+    s.repeatDue = 0;
+    if (const int shown = s.publishDue) {
+      s.publishDue = 0;
+      showProgress(a, shown, a.trace[shown - 1]);
+    }
+  }
+  __syncwarp();
 }
 
 /// New centres (sum / count in W, an empty cluster keeps its centre), the centre shift, the stop
@@ -2894,7 +2973,7 @@ __device__ int repeatStep(const A& a, int it) {
 /// shared copy of the low centres. Larger K D goes through the same steps a stage of
 /// kUpdateStage entries at a time.
 template <class A>
-__device__ void update(const A& a, unsigned char* smem) {
+__device__ void update(const A& a, unsigned char* smem, bool defer) {
   using WT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cw)>>;
   using LowT = std::remove_cv_t<std::remove_pointer_t<decltype(a.cl)>>;
   const int kd = a.k * a.d;
@@ -2972,8 +3051,11 @@ __device__ void update(const A& a, unsigned char* smem) {
       a.ccl[j] = squaredNorm<LowT>(a.cl + j * a.d, a.d);
   }
   // Warp 0's iteration: thread 0 alone writes the state, after the barriers above.
-  const int repeatPeriod = a.repeatHashes && threadIdx.x < 32 ? repeatStep(a, s.iteration + 1) : 0;
+  const RepeatCheck repeat =
+      a.repeatHashes && threadIdx.x < 32 ? repeatCheck(a, s.iteration + 1) : RepeatCheck{0, false};
+  const int repeatPeriod = repeat.period;
   if (threadIdx.x == 0) {
+    if (a.repeatHashes) s.repeatDue = it, s.repeatSearches = repeat.searches;
     a.trace[it - 1] = t;
     StopReason reason{};
     const bool stop = shouldStop({it, a.maxIterations, t.changed, t.empty, sameAsTwoAgo,
@@ -2988,8 +3070,10 @@ __device__ void update(const A& a, unsigned char* smem) {
     s.changed = s.fallbacks = s.cycleDiff = 0;
     s.empty = 0;
     s.reseeding = 0;
-    if (!a.traceSse) publish(a, it, cancel, t);
+    if (!a.traceSse) publish(a, it, cancel, t, defer);
   }
+  // The chain's update leaves nothing for later (loopFastKernel's finishes before it returns).
+  if (!defer && threadIdx.x < 32) finishDeferred(a);
 }
 
 /// update() as a kernel, for the iterations with an empty cluster (it returns at once when
